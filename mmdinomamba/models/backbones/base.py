@@ -1,0 +1,255 @@
+"""What plain (single-scale, token sequence) backbones share.
+
+A plain backbone embeds patches, lays out a token sequence (patches plus readout
+tokens such as [CLS] or registers), runs ``depth`` blocks and formats outputs.
+Subclasses say where the readout and patch tokens sit (:class:`TokenLayout`) and
+what a block is; this base class owns the output contract, position-embedding
+resizing, freezing and layer-wise learning-rate decay.
+"""
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+
+Tensor = torch.Tensor
+
+OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
+
+
+@dataclass
+class TokenLayout:
+    """Where tokens sit in a sequence of ``seqlen`` tokens.
+
+    Attributes:
+        readout (Tensor): (n_readout,) positions of the readout tokens ([CLS] or
+            registers); the ``cls_token`` output is their mean.
+        patches (Tensor): (h * w,) positions of the patch tokens in raster order.
+        hw (tuple): the patch grid (h, w).
+    """
+    readout: Tensor
+    patches: Tensor
+    hw: Tuple[int, int]
+
+
+def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],
+                     dst_hw: Tuple[int, int], num_prefix: int = 0) -> Tensor:
+    """Resize a grid position embedding bicubically, keeping prefix slots as they are.
+
+    Follows the DINO convention of the official models: ``F.interpolate`` with
+    ``scale_factor = (dst + 0.1) / src`` per axis (the 0.1 guards the floor of the
+    output size against rounding), no antialiasing, ``align_corners=False``.
+    Matching it exactly matters: a size-based resize samples slightly different
+    points.
+
+    Args:
+        pos_embed (Tensor): (1, num_prefix + src_h * src_w, dim).
+        src_hw (tuple): grid the table was made for.
+        dst_hw (tuple): grid wanted.
+        num_prefix (int): leading slots that are not on the grid ([CLS]).
+
+    Returns:
+        Tensor: (1, num_prefix + dst_h * dst_w, dim).
+    """
+    if tuple(src_hw) == tuple(dst_hw):
+        return pos_embed
+    if pos_embed.shape[1] != num_prefix + src_hw[0] * src_hw[1]:
+        raise ValueError(f'resize_pos_embed: table of {pos_embed.shape[1]} slots '
+                         f'does not fit {num_prefix} prefix slots + grid {src_hw}')
+    prefix, grid = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    dim = grid.shape[-1]
+    grid = grid.reshape(1, *src_hw, dim).permute(0, 3, 1, 2)
+    scale = ((dst_hw[0] + 0.1) / src_hw[0], (dst_hw[1] + 0.1) / src_hw[1])
+    grid = F.interpolate(grid.float(), scale_factor=scale, mode='bicubic',
+                         align_corners=False).to(pos_embed.dtype)
+    if tuple(grid.shape[-2:]) != tuple(dst_hw):
+        raise RuntimeError(f'resize_pos_embed: got grid {tuple(grid.shape[-2:])}, '
+                           f'wanted {tuple(dst_hw)}')
+    grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim)
+    return torch.cat([prefix, grid], dim=1)
+
+
+class PatchEmbed(nn.Module):
+    """Non-overlapping patches: (batch, 3, H, W) -> (batch, h * w, dim), (h, w).
+
+    The parameter name ``proj`` matches the official checkpoints.
+    """
+
+    def __init__(self, in_channels: int, dim: int, patch_size: int):
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        if x.dim() != 4 or x.shape[1] != self.proj.in_channels:
+            raise ValueError(f'PatchEmbed: input must have shape (batch, '
+                             f'{self.proj.in_channels}, H, W), got {tuple(x.shape)}')
+        if x.shape[-2] < self.patch_size or x.shape[-1] < self.patch_size:
+            raise ValueError(f'PatchEmbed: input {tuple(x.shape[-2:])} is smaller '
+                             f'than one patch ({self.patch_size})')
+        x = self.proj(x)
+        return x.flatten(2).transpose(1, 2), (x.shape[-2], x.shape[-1])
+
+
+def _parse_arch(cls, arch: Union[str, dict]) -> dict:
+    if isinstance(arch, str):
+        key = arch.lower()
+        if key not in cls.arch_zoo:
+            raise ValueError(f'{cls.__name__}: unknown arch {arch!r}; choose one of '
+                             f'{sorted(cls.arch_zoo)} or pass a dict')
+        return dict(cls.arch_zoo[key])
+    if not isinstance(arch, dict):
+        raise ValueError(f'{cls.__name__}: arch must be a str or dict, got {arch!r}')
+    missing = set(cls.essential_keys) - set(arch)
+    if missing:
+        raise ValueError(f'{cls.__name__}: custom arch is missing {sorted(missing)}')
+    return dict(arch)
+
+
+def _normalise_indices(indices: Union[int, Sequence[int]], depth: int) -> List[int]:
+    indices = [indices] if isinstance(indices, int) else list(indices)
+    out = []
+    for i in indices:
+        j = i + depth if i < 0 else i
+        if not 0 <= j < depth:
+            raise ValueError(f'out_indices: {i} is out of range for depth {depth}')
+        out.append(j)
+    return out
+
+
+class PlainBackbone(BaseModule):
+    """Base class: output formatting, position embeddings, freezing, lr decay.
+
+    Subclasses set ``arch_zoo``/``essential_keys``, build ``patch_embed``,
+    ``pos_embed`` and ``layers`` and implement :meth:`embed` and
+    :meth:`forward_tokens`.
+
+    Output types (``out_type``), for each index in ``out_indices``:
+
+    - ``'cls_token'``: (batch, dim), the readout token (mean of readouts);
+    - ``'featmap'``: (batch, dim, h, w), patch tokens on their grid;
+    - ``'avg_featmap'``: (batch, dim), mean of the patch tokens;
+    - ``'raw'``: (batch, seqlen, dim), the whole sequence.
+    """
+    arch_zoo: Dict[str, dict] = {}
+    essential_keys: Tuple[str, ...] = ()
+    num_pos_prefix: int = 0  # pos_embed slots before the grid ([CLS])
+
+    def __init__(self, arch, img_size: Union[int, Tuple[int, int]], patch_size: int,
+                 out_indices, out_type: str, final_norm: bool, frozen_stages: int,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = _parse_arch(type(self), arch)
+        self.embed_dims = self.arch_settings['embed_dims']
+        self.num_layers = self.arch_settings['num_layers']
+        if out_type not in OUT_TYPES:
+            raise ValueError(f'{type(self).__name__}: unknown out_type {out_type!r}; '
+                             f'choose one of {OUT_TYPES}')
+        self.out_type = out_type
+        self.out_indices = _normalise_indices(out_indices, self.num_layers)
+        self.final_norm = final_norm
+        self.frozen_stages = frozen_stages
+        self.patch_size = patch_size
+        img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.patch_resolution = (img_size[0] // patch_size, img_size[1] // patch_size)
+        self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
+
+    # ---------------------------------------------------------------- embedding
+    def pos_embed_for(self, hw: Tuple[int, int]) -> Tensor:
+        """The position table for grid ``hw`` (resized from ``patch_resolution``)."""
+        return resize_pos_embed(self.pos_embed, self.patch_resolution, hw,
+                                self.num_pos_prefix)
+
+    def _prepare_pos_embed(self, state_dict, prefix, *args, **kwargs):
+        """Load hook: resize a checkpoint's ``pos_embed`` made for another grid."""
+        name = prefix + 'pos_embed'
+        if name not in state_dict:
+            return
+        ckpt = state_dict[name]
+        if ckpt.shape == self.pos_embed.shape:
+            return
+        n_grid = ckpt.shape[1] - self.num_pos_prefix
+        side = int(math.isqrt(n_grid))
+        if side * side != n_grid:
+            raise ValueError(f'{type(self).__name__}: cannot resize checkpoint '
+                             f'pos_embed {tuple(ckpt.shape)}: grid is not square')
+        state_dict[name] = resize_pos_embed(ckpt, (side, side), self.patch_resolution,
+                                            self.num_pos_prefix)
+        print_log(f'Resized pos_embed from {tuple(ckpt.shape)} to '
+                  f'{tuple(state_dict[name].shape)}', logger='current')
+
+    # ------------------------------------------------------------------ outputs
+    def format_output(self, tokens: Tensor, layout: TokenLayout) -> Tensor:
+        """Turn a (batch, seqlen, dim) sequence into the ``out_type`` output."""
+        if self.out_type == 'raw':
+            return tokens
+        if self.out_type == 'cls_token':
+            return tokens[:, layout.readout].mean(dim=1)
+        patches = tokens[:, layout.patches]
+        if self.out_type == 'avg_featmap':
+            return patches.mean(dim=1)
+        batch, _, dim = patches.shape
+        return patches.transpose(1, 2).reshape(batch, dim, *layout.hw)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        """Args: x (Tensor): (batch, 3, H, W). Returns: one output per ``out_indices``."""
+        tokens, layout = self.embed(x)
+        feats = self.forward_tokens(tokens, self.out_indices)
+        return tuple(self.format_output(f, layout) for f in feats)
+
+    # ------------------------------------------------------- training utilities
+    def _freeze_stages(self):
+        """Freeze the embeddings and the first ``frozen_stages`` layers."""
+        if self.frozen_stages <= 0:
+            return
+        frozen = [self.patch_embed] + list(self.layers[:self.frozen_stages])
+        if self.frozen_stages >= self.num_layers:
+            frozen += [m for m in self.final_norm_modules()]
+        for module in frozen:
+            module.eval()
+            for p in module.parameters():
+                p.requires_grad = False
+        for name in self.embedding_param_names():
+            getattr(self, name).requires_grad = False
+
+    def final_norm_modules(self) -> List[nn.Module]:
+        return []
+
+    def embedding_param_names(self) -> List[str]:
+        return ['pos_embed']
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
+        """Layer id of a parameter for layer-wise learning-rate decay.
+
+        Embeddings are layer 0, block ``i`` is layer ``i + 1`` and everything
+        after the blocks is layer ``num_layers + 1``.
+
+        Args:
+            param_name (str): parameter name, e.g. ``'backbone.layers.3.norm.weight'``.
+            prefix (str): prefix stripped first (e.g. ``'backbone.'``).
+
+        Returns:
+            tuple: (layer id, number of layers), ids in ``[0, num_layers + 1]``.
+        """
+        num_layers = self.num_layers + 2
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        name = param_name[len(prefix):]
+        if name.startswith(('patch_embed', 'pos_embed', 'cls_token', 'pos_embed_cls')):
+            return 0, num_layers
+        if name.startswith('layers.'):
+            return int(name.split('.')[1]) + 1, num_layers
+        return num_layers - 1, num_layers
+
+    def no_weight_decay(self) -> List[str]:
+        """Parameter names (suffixes) that should get no weight decay."""
+        return ['pos_embed', 'cls_token', 'pos_embed_cls']

@@ -1,0 +1,241 @@
+"""DinoVim: the bidirectional Mamba-2 (SSD) vision backbone of the paper.
+
+"RNN as Linear Transformer: A Closer Investigation into Representational
+Potentials of Visual Mamba Models" (CVPR 2026), https://arxiv.org/abs/2511.18380.
+With ``num_registers > 0`` it is DinoMamba-Reg.
+"""
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmengine.model.weight_init import trunc_normal_
+
+from mmdinomamba.models.mixers import SSDMixer
+from mmdinomamba.models.utils import drop_path_or_identity
+from mmdinomamba.ops import RMSNorm
+from .base import PatchEmbed, PlainBackbone, TokenLayout
+
+Tensor = torch.Tensor
+
+FEATURE_SOURCES = ('residual', 'normed', 'mixer')
+
+
+class MambaBlock(nn.Module):
+    """Pre-norm block "add -> RMSNorm -> mixer", residual stream kept in fp32.
+
+    ``forward(h, residual)`` returns the new ``(h, residual)`` pair: the mixer
+    output and the stream it was computed from (``residual`` is None for the
+    first block, whose input is the stream itself).
+    """
+
+    def __init__(self, dim: int, mixer_cfg: dict, drop_path: float = 0.0,
+                 norm_eps: float = 1e-5):
+        super().__init__()
+        self.norm = RMSNorm(dim, eps=norm_eps)
+        self.mixer = SSDMixer(dim, **mixer_cfg)
+        self.drop_path = drop_path_or_identity(drop_path)
+
+    def forward(self, h: Tensor, residual: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        residual = h.float() if residual is None else residual + self.drop_path(h)
+        h = self.mixer(self.norm(residual.to(self.norm.weight.dtype)))
+        return h, residual
+
+
+class DinoVim(PlainBackbone):
+    """DinoVim / DinoMamba-Reg backbone.
+
+    Token layout (as the official models, so released weights load):
+
+    * ``num_registers == 0``: a [CLS] token is prepended to the N patches and the
+      position embedding (N + 1 slots, slot 0 for [CLS]) is added; the same [CLS]
+      parameter is then inserted once more, without position embedding, at index
+      ``(N + 1) // 2`` (98 for 224 px). The readout is that middle token.
+    * ``num_registers == R > 0``: no [CLS]; patches get an N-slot position
+      embedding; register ``r`` (``cls_token[:, r] + pos_embed_cls[:, r]``) is
+      placed after patch ``(r + 1) * s - 1`` with ``s = N // (R + 1)``; the
+      remaining patches come last. The readout is the mean of the registers.
+
+    Blocks: ``residual = residual + drop_path(h)``; ``h = mixer(RMSNorm(residual))``.
+    The final output is ``RMSNorm_f(residual + h)``.
+
+    Args:
+        arch (str | dict): 'tiny'/'t', 'small'/'s', 'base'/'b' or a dict with
+            ``embed_dims`` and ``num_layers``. Defaults to 'base'.
+        img_size (int | tuple): size the position embedding is made for; other
+            sizes are interpolated bicubically. Defaults to 224.
+        patch_size (int): Defaults to 16.
+        in_channels (int): Defaults to 3.
+        num_registers (int): 0 for the middle [CLS], 12 for DinoMamba-Reg.
+        out_indices (int | Sequence[int]): blocks to output, negative allowed.
+            Defaults to -1.
+        out_type (str): 'cls_token' (readout), 'featmap' (batch, dim, H/16, W/16),
+            'avg_featmap' or 'raw'. Defaults to 'cls_token'.
+        feature_source (str): what a block's output is. 'residual': the stream
+            ``residual + h`` (final-normed for the last block if ``final_norm``);
+            'normed': the stream, final-normed at every block; 'mixer':
+            ``RMSNorm_f(h)``, the official per-layer output used for linear
+            probing. Defaults to 'residual'.
+        final_norm (bool): apply ``norm_f`` to the last block. Defaults to True.
+        drop_path_rate (float): stochastic depth, rising linearly. Defaults to 0.1.
+        mixer_cfg (dict, optional): overrides of :class:`SSDMixer` arguments.
+        norm_eps (float): RMSNorm eps. Defaults to 1e-5.
+        frozen_stages (int): freeze embeddings and this many blocks. Defaults to -1.
+        init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
+    """
+    arch_zoo = {
+        **dict.fromkeys(['t', 'tiny'], dict(embed_dims=256, num_layers=24)),
+        **dict.fromkeys(['s', 'small'], dict(embed_dims=512, num_layers=24)),
+        **dict.fromkeys(['b', 'base'], dict(embed_dims=768, num_layers=24)),
+    }
+    essential_keys = ('embed_dims', 'num_layers')
+    default_mixer_cfg = dict(d_state=64, d_conv=4, expand=2, headdim=64, ngroups=1,
+                             chunk_size=256, bidirectional=True, ssd_backend='auto')
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'base',
+                 img_size: Union[int, Tuple[int, int]] = 224,
+                 patch_size: int = 16,
+                 in_channels: int = 3,
+                 num_registers: int = 0,
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 out_type: str = 'cls_token',
+                 feature_source: str = 'residual',
+                 final_norm: bool = True,
+                 drop_path_rate: float = 0.1,
+                 mixer_cfg: Optional[dict] = None,
+                 norm_eps: float = 1e-5,
+                 frozen_stages: int = -1,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(arch, img_size, patch_size, out_indices, out_type,
+                         final_norm, frozen_stages, init_cfg)
+        if feature_source not in FEATURE_SOURCES:
+            raise ValueError(f'DinoVim: unknown feature_source {feature_source!r}; '
+                             f'choose one of {FEATURE_SOURCES}')
+        if num_registers < 0:
+            raise ValueError(f'DinoVim: num_registers must be >= 0, got {num_registers}')
+        self.feature_source = feature_source
+        self.num_registers = num_registers
+        self.num_pos_prefix = 0 if num_registers else 1
+        dim = self.embed_dims
+        num_patches = self.patch_resolution[0] * self.patch_resolution[1]
+
+        self.patch_embed = PatchEmbed(in_channels, dim, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, max(num_registers, 1), dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + self.num_pos_prefix,
+                                                  dim))
+        if num_registers:
+            self.pos_embed_cls = nn.Parameter(torch.zeros(1, num_registers, dim))
+
+        mixer_cfg = {**self.default_mixer_cfg, **(mixer_cfg or {})}
+        dpr = [0.0] + torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        self.layers = nn.ModuleList(
+            MambaBlock(dim, copy.deepcopy(mixer_cfg), dpr[i], norm_eps)
+            for i in range(self.num_layers))
+        self.norm_f = RMSNorm(dim, eps=norm_eps)
+        self.drop_path = drop_path_or_identity(drop_path_rate)
+        self._init_embeddings()
+        self._rescale_out_proj()
+        self._freeze_stages()
+
+    def _rescale_out_proj(self):
+        # GPT-2 style: each residual branch's last projection scaled by 1/sqrt(depth)
+        with torch.no_grad():
+            for layer in self.layers:
+                layer.mixer.out_proj.weight.div_(self.num_layers ** 0.5)
+
+    def _init_embeddings(self):
+        trunc_normal_(self.pos_embed, std=.02)
+        trunc_normal_(self.cls_token, std=.02)
+        if self.num_registers:
+            trunc_normal_(self.pos_embed_cls, std=.02)
+
+    def init_weights(self):
+        super().init_weights()
+        if not (isinstance(self.init_cfg, dict)
+                and self.init_cfg.get('type') == 'Pretrained'):
+            self._init_embeddings()
+
+    # ---------------------------------------------------------------- layout
+    def token_layout(self, hw: Tuple[int, int], device=None) -> TokenLayout:
+        """Positions of the readout and patch tokens for a grid ``hw``."""
+        n = hw[0] * hw[1]
+        j = torch.arange(n, device=device)
+        if self.num_registers == 0:
+            mid = (n + 1) // 2
+            # sequence [CLS, p_0 .. p_{n-1}] with [CLS] re-inserted at `mid`
+            return TokenLayout(readout=torch.tensor([mid], device=device),
+                               patches=torch.where(j + 1 < mid, j + 1, j + 2), hw=hw)
+        R = self.num_registers
+        s = n // (R + 1)
+        if s == 0:
+            raise ValueError(f'DinoVim: a {hw} grid is too small for {R} registers')
+        r = torch.arange(R, device=device)
+        return TokenLayout(readout=r * (s + 1) + s,
+                           patches=torch.where(j < R * s, j + j // s, j + R), hw=hw)
+
+    def embed(self, x: Tensor) -> Tuple[Tensor, TokenLayout]:
+        """(batch, 3, H, W) -> token sequence (batch, seqlen, dim) and its layout."""
+        patches, hw = self.patch_embed(x)
+        batch, n, dim = patches.shape
+        layout = self.token_layout(hw, x.device)
+        pos = self.pos_embed_for(hw)
+        tokens = patches.new_empty(batch, n + len(layout.readout) +
+                                   (0 if self.num_registers else 1), dim)
+        if self.num_registers:
+            tokens[:, layout.patches] = patches + pos
+            tokens[:, layout.readout] = (self.cls_token + self.pos_embed_cls).to(
+                tokens.dtype).expand(batch, -1, -1)
+            return tokens, layout
+        cls = self.cls_token.to(patches.dtype).expand(batch, -1, -1)
+        seq = torch.cat([cls, patches], dim=1) + pos.to(patches.dtype)
+        mid = int(layout.readout[0])
+        return torch.cat([seq[:, :mid], cls, seq[:, mid:]], dim=1), layout
+
+    # ---------------------------------------------------------------- blocks
+    def forward_tokens(self, tokens: Tensor, indices: Sequence[int],
+                       feature_source: Optional[str] = None) -> List[Tensor]:
+        """Run the blocks; return the (batch, seqlen, dim) output of each index.
+
+        Stops after the last requested block.
+        """
+        source = feature_source or self.feature_source
+        wanted = set(indices)
+        outs: Dict[int, Tensor] = {}
+        h, residual = tokens, None
+        for i, layer in enumerate(self.layers[:max(indices) + 1]):
+            h, residual = layer(h, residual)
+            if i not in wanted:
+                continue
+            if source == 'mixer':
+                outs[i] = self.norm_f(h)
+                continue
+            last = i == self.num_layers - 1
+            stream = residual + (self.drop_path(h) if last else h)
+            normed = source == 'normed' or (last and self.final_norm)
+            outs[i] = self.norm_f(stream.to(self.norm_f.weight.dtype)) if normed \
+                else stream
+        return [outs[i] for i in indices]
+
+    def get_intermediate_layers(self, x: Tensor, n: int = 1) -> List[Tensor]:
+        """The official per-layer readouts ``RMSNorm_f(h_i)`` of the last ``n`` blocks.
+
+        Args:
+            x (Tensor): (batch, 3, H, W).
+            n (int): number of last blocks.
+
+        Returns:
+            list[Tensor]: ``n`` tensors of (batch, dim), oldest first.
+        """
+        tokens, layout = self.embed(x)
+        indices = list(range(self.num_layers - n, self.num_layers))
+        feats = self.forward_tokens(tokens, indices, feature_source='mixer')
+        return [f[:, layout.readout].mean(dim=1) for f in feats]
+
+    # ------------------------------------------------------ training utilities
+    def final_norm_modules(self):
+        return [self.norm_f]
+
+    def embedding_param_names(self):
+        return ['pos_embed', 'cls_token'] + (['pos_embed_cls'] if self.num_registers
+                                             else [])

@@ -1,0 +1,233 @@
+"""The Mamba-2 (SSD) token mixer, causal or bidirectional ("bimamba v2")."""
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
+
+from mmdinomamba.ops import BACKENDS, RMSNorm, ssd, ssd_mixing_matrix
+
+Tensor = torch.Tensor
+
+# Per-direction parameter names, as in the official Dino-Mamba checkpoints.
+_DIRECTION_NAMES = {
+    'forward': dict(conv1d='conv1d', dt_bias='dt_bias', A_log='A_log', D='D',
+                    norm='norm'),
+    'backward': dict(conv1d='conv1d_b', dt_bias='dt_b_bias', A_log='A_log_b',
+                     D='D_b', norm='norm_b'),
+}
+
+
+class SSDMixer(nn.Module):
+    """Mamba-2 mixer: ``(batch, seqlen, dim) -> (batch, seqlen, dim)``.
+
+    Named after the operation it computes (state space duality, SSD) rather than
+    the Mamba block, since here it is only the token mixer of a pre-norm block.
+    With ``bidirectional=True`` it is the "bimamba v2" mixer of the official
+    DinoVim: one shared input projection ``in_proj`` (order ``[z, x, B, C, dt]``)
+    and output projection ``out_proj``; per direction a depthwise causal
+    ``conv1d`` over ``[x, B, C]`` with SiLU, ``dt_bias``, ``A_log``, ``D`` and a
+    gated RMSNorm. The backward direction reads the flipped sequence (the gate
+    ``z`` too) and is flipped back; the two directions are averaged before
+    ``out_proj``. Parameter names follow the official layout, so released
+    checkpoints load one-to-one.
+
+    Args:
+        dim (int): model width (``d_model``).
+        d_state (int): SSM state size N. Defaults to 64.
+        d_conv (int): depthwise conv kernel. Defaults to 4.
+        expand (int): inner width is ``expand * dim``. Defaults to 2.
+        headdim (int): channels per SSM head. Defaults to 64.
+        ngroups (int): groups of heads sharing B and C. Defaults to 1.
+        A_init_range (tuple): A is drawn from U(A_init_range). Defaults to (1, 16).
+        dt_min, dt_max (float): dt is drawn log-uniformly in [dt_min, dt_max].
+        dt_init_floor (float): lower clamp of the initial dt. Defaults to 1e-4.
+        bias (bool): bias in the projections. Defaults to False.
+        conv_bias (bool): bias in the conv. Defaults to True.
+        chunk_size (int): SSD chunk size. Defaults to 256.
+        bidirectional (bool): add the backward direction. Defaults to True.
+        ssd_backend (str): see :data:`mmdinomamba.ops.BACKENDS`. Defaults to 'auto'.
+        norm_eps (float): eps of the gated RMSNorm. Defaults to 1e-5.
+    """
+
+    def __init__(self,
+                 dim: int,
+                 d_state: int = 64,
+                 d_conv: int = 4,
+                 expand: int = 2,
+                 headdim: int = 64,
+                 ngroups: int = 1,
+                 A_init_range: Tuple[float, float] = (1, 16),
+                 dt_min: float = 0.001,
+                 dt_max: float = 0.1,
+                 dt_init_floor: float = 1e-4,
+                 bias: bool = False,
+                 conv_bias: bool = True,
+                 chunk_size: int = 256,
+                 bidirectional: bool = True,
+                 ssd_backend: str = 'auto',
+                 norm_eps: float = 1e-5,
+                 device=None,
+                 dtype=None):
+        super().__init__()
+        dd = dict(device=device, dtype=dtype)
+        self.dim = dim
+        self.d_inner = expand * dim
+        if self.d_inner % headdim != 0:
+            raise ValueError(f'SSDMixer: headdim ({headdim}) must divide the inner '
+                             f'width expand * dim = {self.d_inner}')
+        self.nheads = self.d_inner // headdim
+        if self.nheads % ngroups != 0:
+            raise ValueError(f'SSDMixer: ngroups ({ngroups}) must divide nheads '
+                             f'({self.nheads})')
+        if ssd_backend not in BACKENDS:
+            raise ValueError(f'SSDMixer: unknown ssd_backend {ssd_backend!r}; '
+                             f'choose one of {BACKENDS}')
+        if A_init_range[0] <= 0 or A_init_range[1] < A_init_range[0]:
+            raise ValueError(f'SSDMixer: A_init_range must be 0 < low <= high, '
+                             f'got {A_init_range}')
+        self.headdim = headdim
+        self.d_state = d_state
+        self.ngroups = ngroups
+        self.d_conv = d_conv
+        self.chunk_size = chunk_size
+        self.bidirectional = bidirectional
+        self.ssd_backend = ssd_backend
+        self.conv_dim = self.d_inner + 2 * ngroups * d_state
+
+        # Order: [z, x, B, C, dt]
+        self.in_proj = nn.Linear(dim, 2 * self.d_inner + 2 * ngroups * d_state +
+                                 self.nheads, bias=bias, **dd)
+        self.out_proj = nn.Linear(self.d_inner, dim, bias=bias, **dd)
+        directions = ('forward', 'backward') if bidirectional else ('forward', )
+        for direction in directions:
+            names = _DIRECTION_NAMES[direction]
+            self.add_module(names['conv1d'], nn.Conv1d(
+                self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim,
+                padding=d_conv - 1, bias=conv_bias, **dd))
+            self.register_parameter(names['dt_bias'], nn.Parameter(
+                _init_dt_bias(self.nheads, dt_min, dt_max, dt_init_floor, **dd)))
+            A = torch.empty(self.nheads, dtype=torch.float32,
+                            device=device).uniform_(*A_init_range)
+            self.register_parameter(names['A_log'],
+                                    nn.Parameter(torch.log(A).to(dtype)))
+            self.register_parameter(names['D'], nn.Parameter(
+                torch.ones(self.nheads, device=device)))
+            self.add_module(names['norm'], RMSNorm(
+                self.d_inner, eps=norm_eps, group_size=self.d_inner // ngroups,
+                **dd))
+        self.directions = directions
+
+    def _direction_params(self, direction: str) -> Dict[str, nn.Module]:
+        return {k: getattr(self, v) for k, v in _DIRECTION_NAMES[direction].items()}
+
+    def _split(self, zxbcdt: Tensor):
+        return torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
+
+    def ssd_inputs(self, zxbcdt: Tensor, direction: str) -> Dict[str, Tensor]:
+        """The SSD arguments of one direction, from the (already flipped) projection.
+
+        Args:
+            zxbcdt (Tensor): (batch, seqlen, d_in_proj), output of ``in_proj``.
+            direction (str): 'forward' or 'backward'.
+
+        Returns:
+            dict: ``x`` (batch, seqlen, nheads, headdim), ``dt`` (batch, seqlen,
+            nheads) before bias and softplus, ``A`` (nheads,), ``B``, ``C``
+            (batch, seqlen, ngroups, dstate), ``D`` (nheads,), ``dt_bias``
+            (nheads,) and the gate ``z`` (batch, seqlen, d_inner).
+        """
+        p = self._direction_params(direction)
+        z, xBC, dt = self._split(zxbcdt)
+        seqlen = zxbcdt.shape[1]
+        xBC = F.silu(p['conv1d'](xBC.transpose(1, 2))[..., :seqlen].transpose(1, 2))
+        x, B, C = torch.split(
+            xBC, [self.d_inner, self.ngroups * self.d_state,
+                  self.ngroups * self.d_state], dim=-1)
+        return dict(
+            x=rearrange(x, 'b l (h p) -> b l h p', p=self.headdim),
+            dt=dt,
+            A=-torch.exp(p['A_log'].float()),
+            B=rearrange(B, 'b l (g n) -> b l g n', g=self.ngroups),
+            C=rearrange(C, 'b l (g n) -> b l g n', g=self.ngroups),
+            D=p['D'],
+            dt_bias=p['dt_bias'],
+            z=z)
+
+    def _run_direction(self, zxbcdt: Tensor, direction: str) -> Tensor:
+        """Gated, normed SSD output of one direction: (batch, seqlen, d_inner)."""
+        a = self.ssd_inputs(zxbcdt, direction)
+        y = ssd(a['x'], a['dt'], a['A'], a['B'], a['C'], chunk_size=self.chunk_size,
+                D=a['D'], dt_bias=a['dt_bias'], dt_softplus=True,
+                backend=self.ssd_backend)
+        norm = self._direction_params(direction)['norm']
+        return norm(rearrange(y, 'b l h p -> b l (h p)'), a['z'])
+
+    def forward(self, u: Tensor) -> Tensor:
+        """Mix tokens.
+
+        Args:
+            u (Tensor): (batch, seqlen, dim).
+
+        Returns:
+            Tensor: (batch, seqlen, dim).
+        """
+        if u.dim() != 3 or u.shape[-1] != self.dim:
+            raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
+                             f'{self.dim}), got {tuple(u.shape)}')
+        zxbcdt = self.in_proj(u)
+        y = self._run_direction(zxbcdt, 'forward')
+        if self.bidirectional:
+            y_b = self._run_direction(zxbcdt.flip(1), 'backward').flip(1)
+            y = (y + y_b) / 2
+        return self.out_proj(y)
+
+    @torch.no_grad()
+    def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
+        """The SSD token-mixing matrix of each direction, in sequence order.
+
+        For direction ``d``, ``M_d`` satisfies ``ssd(x_d, ...) = M_d x_d`` per head,
+        before the gated norm and ``out_proj`` (``x_d`` is the conv output of that
+        direction, unflipped). The backward matrix is flipped back to sequence
+        order, so it is upper triangular.
+
+        Args:
+            u (Tensor): (batch, seqlen, dim).
+
+        Returns:
+            dict: ``'forward'`` (and ``'backward'``): (batch, nheads, seqlen, seqlen).
+        """
+        zxbcdt = self.in_proj(u)
+        out = {}
+        for direction in self.directions:
+            flip = direction == 'backward'
+            a = self.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt, direction)
+            M = ssd_mixing_matrix(a['dt'], a['A'], a['B'], a['C'], D=a['D'],
+                                  dt_bias=a['dt_bias'], dt_softplus=True)
+            out[direction] = M.flip(-1).flip(-2) if flip else M
+        return out
+
+    def extra_repr(self) -> str:
+        return (f'dim={self.dim}, d_state={self.d_state}, nheads={self.nheads}, '
+                f'headdim={self.headdim}, ngroups={self.ngroups}, '
+                f'bidirectional={self.bidirectional}, ssd_backend={self.ssd_backend!r}')
+
+
+def _init_dt_bias(nheads: int, dt_min: float, dt_max: float, floor: float,
+                  device=None, dtype=None) -> Tensor:
+    """A bias whose softplus is log-uniform in [dt_min, dt_max].
+
+    softplus^-1(dt) = dt + log(1 - exp(-dt)); see
+    https://github.com/pytorch/pytorch/issues/72759.
+    """
+    dt = torch.exp(torch.rand(nheads, device=device) *
+                   (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    dt = dt.clamp(min=floor)
+    return (dt + torch.log(-torch.expm1(-dt))).to(dtype)
+
+
+# Tag parameters that should not be weight-decayed (optimizer constructors and
+# paramwise_cfg.custom_keys read these names).
+NO_WEIGHT_DECAY = ('A_log', 'A_log_b', 'D', 'D_b', 'dt_bias', 'dt_b_bias')

@@ -1,0 +1,30 @@
+"""Small building blocks shared by the backbones (torch only)."""
+import torch
+import torch.nn as nn
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: zero a sample's residual branch with probability ``p``.
+
+    Surviving samples are scaled by ``1 / (1 - p)`` so the expectation is kept.
+    """
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f'DropPath: p must be in [0, 1), got {p}')
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0], ) + (1, ) * (x.dim() - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f'p={self.p}'
+
+
+def drop_path_or_identity(p: float) -> nn.Module:
+    return DropPath(p) if p > 0 else nn.Identity()

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs mmdinomamba and the OpenMMLab stack into a virtual environment.
+#
+# Idempotent: a second run with unchanged inputs only checks a stamp and returns in seconds.
+# Facts it handles (see DESIGN.md, "Environment facts"):
+#   * torch 2.14.1 + torchvision 0.29.1 (mmpretrain imports torchvision at registration);
+#   * mmcv 2.1.0 (the newest that mmdet 3.3.0 / mmseg 1.2.2 accept) has no wheel for this torch,
+#     so it is built from source with ops, under C++20 (tools/setup/gxx_cpp20), with
+#     setuptools<70 and --no-build-isolation;
+#   * pip's wheel cache keys mmcv by its sdist name only, so we keep our own wheel cache keyed
+#     by the torch version and python tag, and never let pip reuse a foreign build.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENV=${VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-python3}
+TORCH_VERSION=2.14.1
+TORCHVISION_VERSION=0.29.1
+MMCV_VERSION=2.1.0
+OPENMMLAB=(mmengine==0.10.7 mmpretrain==1.2.0 mmsegmentation==1.2.2 mmdet==3.3.0)
+
+log() { printf '[install] %s\n' "$*"; }
+
+# The stamp covers everything that decides what gets installed.
+stamp_inputs() {
+  cat "$ROOT/tools/setup/install.sh" "$ROOT/setup.py" "$ROOT/tools/setup/gxx_cpp20"
+  "$PYTHON" --version 2>&1
+}
+STAMP_HASH=$(stamp_inputs | sha256sum | cut -d' ' -f1)
+STAMP=$VENV/.mmdinomamba-install-stamp
+
+if [[ -f $STAMP && $(cat "$STAMP") == "$STAMP_HASH" ]]; then
+  log "environment up to date ($VENV)"
+  exit 0
+fi
+
+if [[ ! -x $VENV/bin/python ]]; then
+  log "creating virtual environment $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PY=$VENV/bin/python
+PIP=("$PY" -m pip install --disable-pip-version-check -q)
+
+log "torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION"
+"${PIP[@]}" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+log "build tools for mmcv (setuptools<70 keeps pkg_resources)"
+"${PIP[@]}" "setuptools<70" wheel ninja
+
+if "$PY" -c "import mmcv, mmcv.ops, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
+  log "mmcv $MMCV_VERSION with ops already installed"
+else
+  PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  CACHE=${MMDINOMAMBA_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mmdinomamba/wheels}/torch-$TORCH_VERSION-$PYTAG
+  mkdir -p "$CACHE"
+  WHEEL=$(ls "$CACHE"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  if [[ -z $WHEEL ]]; then
+    log "building mmcv $MMCV_VERSION with CPU ops (about 8 minutes on 2 cores)"
+    TMP=$(mktemp -d)
+    trap 'rm -rf "$TMP"' EXIT
+    MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} CXX="$ROOT/tools/setup/gxx_cpp20" \
+      "$PY" -m pip wheel -q --no-build-isolation --no-deps --no-cache-dir \
+      "mmcv==$MMCV_VERSION" -w "$TMP"
+    # Move into the cache only once complete, so an interrupted build leaves nothing behind.
+    mv "$TMP"/mmcv-*.whl "$CACHE"/
+    WHEEL=$(ls "$CACHE"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)
+  fi
+  log "installing $WHEEL"
+  "${PIP[@]}" --no-deps --force-reinstall "$WHEEL"
+  "$PY" -m pip install -q --disable-pip-version-check "addict" "yapf" "packaging" "pyyaml" "opencv-python" "Pillow" "numpy"
+  "$PY" -c "import mmcv.ops" || { log "mmcv.ops does not import"; exit 1; }
+fi
+
+log "OpenMMLab packages and mmdinomamba (editable, with test extras)"
+"${PIP[@]}" "${OPENMMLAB[@]}" ftfy regex -e "$ROOT[tests]"
+"$PY" -c "import mmdinomamba, mmpretrain, mmseg, mmdet, mmcv.ops" || { log "import check failed"; exit 1; }
+
+echo "$STAMP_HASH" > "$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
+log "done: $VENV"
