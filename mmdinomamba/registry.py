@@ -10,22 +10,43 @@ Name clash to know: mmdet already registers a detector called ``DINO``, so our
 self-supervised ``DINO`` goes into mmpretrain's registry only.
 """
 import importlib
-from typing import Dict, List, Tuple
+import logging
+from typing import Dict, List, Set, Tuple
 
 from mmengine.logging import print_log
 
 ALL = ('mmpretrain', 'mmseg', 'mmdet')
 CLS_SEG = ('mmpretrain', 'mmseg')
 PRETRAIN = ('mmpretrain', )
+SEG_DET = ('mmseg', 'mmdet')
 
 # (class import path, registry name, downstream packages)
 REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.models.mixers.SSDMixer', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.DinoVim', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.LinearViT', 'MODELS', ALL),
+    ('mmdinomamba.evaluation.BinaryAUC', 'METRICS', CLS_SEG),
+    # Binary-AUC evaluation: activation maps as predictions, ImageNet-S label maps
+    ('mmdinomamba.models.ActivationMapModel', 'MODELS', CLS_SEG),
+    ('mmdinomamba.datasets.imagenet_s.ImageNetS', 'DATASETS', PRETRAIN),
+    ('mmdinomamba.datasets.transforms.LoadRGBLabelMap', 'TRANSFORMS', PRETRAIN),
+    # layer-wise lr decay for UperNet / Cascade Mask R-CNN fine-tuning
+    ('mmdinomamba.engine.optimizers.LayerDecayOptimWrapperConstructor',
+     'OPTIM_WRAPPER_CONSTRUCTORS', SEG_DET),
+    # DINO (self-supervised pretraining) and its linear probe; mmdet has its own DINO
+    ('mmdinomamba.models.selfsup.DINO', 'MODELS', PRETRAIN),
+    ('mmdinomamba.models.heads.DINOHead', 'MODELS', PRETRAIN),
+    ('mmdinomamba.models.losses.DINOLoss', 'MODELS', PRETRAIN),
+    ('mmdinomamba.models.necks.ConcatNeck', 'MODELS', PRETRAIN),
+    ('mmdinomamba.datasets.transforms.DINOMultiCrop', 'TRANSFORMS', PRETRAIN),
+    ('mmdinomamba.datasets.transforms.HueSafeColorJitter', 'TRANSFORMS', PRETRAIN),
+    ('mmdinomamba.engine.hooks.DINOTeacherMomentumHook', 'HOOKS', PRETRAIN),
+    ('mmdinomamba.engine.hooks.DINOTeacherTempHook', 'HOOKS', PRETRAIN),
+    ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
 ]
 
 _DONE: Dict[Tuple[str, str, str], bool] = {}
+_WARNED: Set[str] = set()
 
 
 def _import_object(path: str):
@@ -38,10 +59,14 @@ def _downstream_registry(package: str, registry: str):
     try:
         module = importlib.import_module(f'{package}.registry')
     except ImportError as err:
-        # Only "package not installed" is tolerated; a broken install re-raises.
-        if err.name is not None and err.name.split('.')[0] == package:
-            return None
-        raise
+        if (err.name is None or err.name.split('.')[0] != package) and \
+                package not in _WARNED:
+            _WARNED.add(package)
+            # installed but broken (e.g. mmcv without its compiled ops): say so
+            print_log(f'mmdinomamba: cannot import {package}.registry ({err}); '
+                      f'skipping registration into {package}', logger='current',
+                      level=logging.WARNING)
+        return None
     return getattr(module, registry)
 
 
@@ -61,7 +86,7 @@ def register_all_modules() -> List[str]:
             if registry is None:
                 print_log(f'mmdinomamba: {package} is not installed; '
                           f'{path} not registered there', logger='current',
-                          level=10)  # DEBUG
+                          level=logging.DEBUG)
                 continue
             cls = _import_object(path)
             if registry.module_dict.get(cls.__name__) is not cls:

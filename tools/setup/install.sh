@@ -43,9 +43,6 @@ PIP=("$PY" -m pip install --disable-pip-version-check -q)
 
 log "torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION"
 "${PIP[@]}" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
-log "build tools for mmcv (setuptools<70 keeps pkg_resources)"
-"${PIP[@]}" "setuptools<70" wheel ninja
-
 if "$PY" -c "import mmcv, mmcv.ops, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
   log "mmcv $MMCV_VERSION with ops already installed"
 else
@@ -54,7 +51,10 @@ else
   mkdir -p "$CACHE"
   WHEEL=$(ls "$CACHE"/mmcv-"$MMCV_VERSION"-*.whl 2>/dev/null | head -n1 || true)
   if [[ -z $WHEEL ]]; then
-    log "building mmcv $MMCV_VERSION with CPU ops (about 8 minutes on 2 cores)"
+    log "building mmcv $MMCV_VERSION with CPU ops (about 8 minutes on 2 idle cores)"
+    # setuptools<70 keeps pkg_resources, which mmcv's setup.py imports (pip warns
+    # that torch wants a newer setuptools: harmless, it is only used to build)
+    "${PIP[@]}" "setuptools<70" wheel ninja
     TMP=$(mktemp -d)
     trap 'rm -rf "$TMP"' EXIT
     MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS=${MAX_JOBS:-2} CXX="$ROOT/tools/setup/gxx_cpp20" \
@@ -65,6 +65,8 @@ else
     WHEEL=$(ls "$CACHE"/mmcv-"$MMCV_VERSION"-*.whl | head -n1)
   fi
   log "installing $WHEEL"
+  # mmcv-lite (no compiled ops) owns the same import name: remove it first
+  "$PY" -m pip uninstall -y -q mmcv-lite >/dev/null 2>&1 || true
   "${PIP[@]}" --no-deps --force-reinstall "$WHEEL"
   "$PY" -m pip install -q --disable-pip-version-check "addict" "yapf" "packaging" "pyyaml" "opencv-python" "Pillow" "numpy"
   "$PY" -c "import mmcv.ops" || { log "mmcv.ops does not import"; exit 1; }
@@ -72,7 +74,12 @@ fi
 
 log "OpenMMLab packages and mmdinomamba (editable, with test extras)"
 "${PIP[@]}" "${OPENMMLAB[@]}" ftfy regex -e "$ROOT[tests]"
-"$PY" -c "import mmdinomamba, mmpretrain, mmseg, mmdet, mmcv.ops" || { log "import check failed"; exit 1; }
+# mmengine 0.10 imports pkg_resources (to find `mmpretrain::` configs), which
+# setuptools >= 81 no longer ships, while torch asks for setuptools >= 77.
+log "setuptools>=77,<81 (torch's floor; mmengine needs pkg_resources)"
+"${PIP[@]}" "setuptools>=77,<81"
+"$PY" -c "import pkg_resources, mmdinomamba, mmpretrain, mmseg, mmdet, mmcv.ops" \
+  || { log "import check failed"; exit 1; }
 
 echo "$STAMP_HASH" > "$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
 log "done: $VENV"

@@ -1,0 +1,21 @@
+# The two commands a new user needs (each installs everything first; a second
+# install is a stamp check that takes seconds):
+#   make demo   - the main job on the embedded toy dataset (no downloads)
+#   make test   - the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?= -q
+
+.PHONY: install demo test params
+
+install:
+	VENV=$(VENV) bash tools/setup/install.sh
+
+demo: install
+	$(PY) tools/run_demo.py
+
+test: install
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+params: install
+	$(PY) tools/analysis/count_params.py

@@ -1,0 +1,58 @@
+"""Evaluate a checkpoint with a config: the usual OpenMMLab entry point.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE]
+                         [--cfg-options k=v ...] [--launcher pytorch]
+"""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+from mmdinomamba.engine import allow_mmengine_checkpoint_types
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Test (evaluate) a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the dir to save logs and results')
+    parser.add_argument('--out', help='dump the metrics to this JSON/pickle file')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings in the config, key=value')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def main():
+    args = parse_args()
+    if not osp.isfile(args.checkpoint):
+        raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    allow_mmengine_checkpoint_types()
+    runner = Runner.from_cfg(cfg)
+    metrics = runner.test()
+    if args.out:
+        from mmdinomamba.engine import dump_atomic
+        dump_atomic(metrics, args.out)
+        runner.logger.info(f'metrics written to {args.out}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,91 @@
+"""Train a model from a config: the usual OpenMMLab entry point.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
+                          [--cfg-options k=v ...] [--launcher pytorch]
+
+Works for mmpretrain, mmseg and mmdet configs alike: the config's
+``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
+classes are registered.
+"""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+from mmdinomamba.engine import allow_mmengine_checkpoint_types, setup_cpu_distributed
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and checkpoints')
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
+        help='resume from the given checkpoint, or from the latest checkpoint '
+        'in the work dir if no path is given')
+    parser.add_argument('--amp', action='store_true',
+                        help='enable automatic mixed precision training')
+    parser.add_argument('--amp-dtype', choices=['float16', 'bfloat16'],
+                        default=None, help='AMP dtype (default: float16 with a '
+                        'dynamic loss scale)')
+    parser.add_argument('--no-validate', action='store_true',
+                        help='do not evaluate during training')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the learning rate by the actual batch size')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings in the config, key=value (e.g. '
+        'model.backbone.arch=tiny train_dataloader.batch_size=8)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def merge_args(cfg: Config, args) -> Config:
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    if args.amp or args.amp_dtype:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'AmpOptimWrapper':
+            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        if args.amp_dtype == 'bfloat16':
+            cfg.optim_wrapper.dtype = 'bfloat16'
+        else:
+            cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        cfg.resume = True
+        cfg.load_from = args.resume
+    if args.no_validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' not in cfg:
+            raise ValueError('--auto-scale-lr needs `auto_scale_lr` in the config')
+        cfg.auto_scale_lr.enable = True
+    return cfg
+
+
+def main():
+    args = parse_args()
+    cfg = merge_args(Config.fromfile(args.config), args)
+    allow_mmengine_checkpoint_types()
+    setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()
