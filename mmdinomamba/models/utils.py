@@ -28,3 +28,8 @@ class DropPath(nn.Module):
 
 def drop_path_or_identity(p: float) -> nn.Module:
     return DropPath(p) if p > 0 else nn.Identity()
+
+
+def linear_rates(last: float, n: int) -> list:
+    """``n`` rates rising linearly from 0 to ``last`` (stochastic-depth rule)."""
+    return [last * i / (n - 1) if n > 1 else 0.0 for i in range(n)]

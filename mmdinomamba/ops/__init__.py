@@ -1,11 +1,18 @@
-"""Pure PyTorch kernels: the SSD scan (with its slow twin and mixing matrix) and norms."""
+"""Pure PyTorch kernels: the SSD scan (with its slow twin and mixing matrix) and norms.
+
+Fused Triton kernels for CUDA live in :mod:`mmdinomamba.ops.triton`, imported
+only on demand (:mod:`mmdinomamba.ops.fused` dispatches).
+"""
+from .fused import add_rms_norm, triton_available, use_triton
+from .conv import causal_depthwise_conv1d
 from .norm import RMSNorm, gated_rms_norm, rms_norm
 from .ssd import (BACKENDS, check_ssd_inputs, discretize_dt, mamba_ssm_available,
-                  resolve_backend, segsum, ssd, ssd_chunked, ssd_mixing_matrix,
-                  ssd_quadratic, ssd_ref)
+                  resolve_backend, segsum, ssd, ssd_chunked, ssd_decay_mask,
+                  ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 
 __all__ = [
-    'BACKENDS', 'RMSNorm', 'check_ssd_inputs', 'discretize_dt', 'gated_rms_norm',
-    'mamba_ssm_available', 'resolve_backend', 'rms_norm', 'segsum', 'ssd',
-    'ssd_chunked', 'ssd_mixing_matrix', 'ssd_quadratic', 'ssd_ref'
+    'BACKENDS', 'RMSNorm', 'causal_depthwise_conv1d', 'add_rms_norm', 'check_ssd_inputs', 'discretize_dt',
+    'gated_rms_norm', 'mamba_ssm_available', 'resolve_backend', 'rms_norm', 'segsum',
+    'ssd', 'ssd_chunked', 'ssd_decay_mask', 'ssd_mixing_matrix', 'ssd_quadratic',
+    'ssd_ref', 'triton_available', 'use_triton'
 ]

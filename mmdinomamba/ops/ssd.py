@@ -34,9 +34,18 @@ mask. Three ways to compute ``y``, all with mamba-ssm's argument layout:
 * :func:`ssd_quadratic`   - ``M x`` with ``M`` materialised by :func:`ssd_mixing_matrix`.
 
 :func:`ssd` is the public entry point: it validates inputs and dispatches to a
-backend (``'auto'``, ``'chunked'``, ``'quadratic'``, ``'ref'`` or ``'mamba_ssm'``).
+backend (``'auto'``, ``'chunked'``, ``'quadratic'``, ``'ref'``, ``'triton'`` or
+``'mamba_ssm'``). ``'triton'`` is the fused chunk scan of
+:mod:`mmdinomamba.ops.triton` (CUDA only, no ``initial_states`` /
+``return_final_states``); its chunk is its own tile size, so ``chunk_size`` only
+matters to the PyTorch backends (it changes rounding, not the result).
+
+Input checks. :func:`check_ssd_inputs` rejects a non-finite ``dt``. That test
+reads a value back from the device, so on CUDA it runs only when the environment
+variable ``MMDINOMAMBA_CHECK_FINITE=1`` is set (on the CPU it always runs).
 """
 import math
+import os
 from typing import Optional, Tuple, Union
 
 import torch
@@ -44,7 +53,7 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from mmengine.logging import print_log
 
-BACKENDS = ('auto', 'chunked', 'quadratic', 'ref', 'mamba_ssm')
+BACKENDS = ('auto', 'chunked', 'quadratic', 'ref', 'triton', 'mamba_ssm')
 
 Tensor = torch.Tensor
 SSDOutput = Union[Tensor, Tuple[Tensor, Tensor]]
@@ -65,7 +74,9 @@ def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
                      chunk_size: int = 256) -> None:
     """Raise a ValueError naming the first argument with a wrong shape.
 
-    Also rejects a non-finite ``dt`` (it would silently poison the scan).
+    Also rejects a non-finite ``dt`` (it would silently poison the scan): always
+    for CPU tensors, and for CUDA tensors only with ``MMDINOMAMBA_CHECK_FINITE=1``
+    (the check synchronises the device).
     """
     if x.dim() != 4:
         raise _shape_error('x', '(batch, seqlen, nheads, headdim)', x)
@@ -99,8 +110,14 @@ def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f'ssd: `chunk_size` must be a positive int, '
                          f'got {chunk_size!r}')
-    if not torch.compiler.is_compiling() and not torch.isfinite(dt).all():
+    if (not torch.compiler.is_compiling() and _check_finite(dt)
+            and not torch.isfinite(dt).all()):
         raise ValueError('ssd: `dt` contains NaN or Inf values')
+
+
+def _check_finite(t: Tensor) -> bool:
+    """Whether to run the (device-synchronising) finiteness check on ``t``."""
+    return t.device.type != 'cuda' or os.environ.get('MMDINOMAMBA_CHECK_FINITE') == '1'
 
 
 def discretize_dt(dt: Tensor, dt_bias: Optional[Tensor] = None,
@@ -244,6 +261,7 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     batch, seqlen, nheads, headdim = x.shape
     dt = discretize_dt(dt, dt_bias, dt_softplus).to(cdtype)
     xc = x.to(cdtype)
+    chunk_size = min(chunk_size, max(seqlen, 1))  # same result, no padding waste
     pad = (-seqlen) % chunk_size
     Xdt = F.pad(xc * dt[..., None], (0, 0, 0, 0, 0, pad))
     Bh = F.pad(_heads_from_groups(B, nheads).to(cdtype), (0, 0, 0, 0, 0, pad))
@@ -279,6 +297,27 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
 # --------------------------------------------------------------------------- #
 # The token-mixing matrix and the quadratic form
 # --------------------------------------------------------------------------- #
+def ssd_decay_mask(dt: Tensor, A: Tensor, dt_bias: Optional[Tensor] = None,
+                   dt_softplus: bool = False) -> Tensor:
+    """The learnable causal mask ``L`` of :func:`ssd_mixing_matrix`, per head.
+
+    ``L_ij = exp(sum_{k=j+1..i} dt_k A)`` for ``i >= j`` (1 on the diagonal),
+    0 for ``i < j``. On any block strictly below the diagonal it factors as
+    ``exp(cs_i) exp(-cs_j)``, so such a block has rank 1.
+
+    Args:
+        dt (Tensor): (batch, seqlen, nheads).
+        A (Tensor): (nheads,).
+        dt_bias (Tensor, optional): (nheads,).
+        dt_softplus (bool): ``dt = softplus(dt + dt_bias)``.
+
+    Returns:
+        Tensor: L, (batch, nheads, seqlen, seqlen), fp32 (fp64 for fp64 dt).
+    """
+    dt = discretize_dt(dt, dt_bias, dt_softplus)
+    return torch.exp(segsum(rearrange(dt * A.to(dt.dtype), 'b l h -> b h l')))
+
+
 def ssd_mixing_matrix(dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
                       D: Optional[Tensor] = None,
                       dt_bias: Optional[Tensor] = None,
@@ -306,7 +345,7 @@ def ssd_mixing_matrix(dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     dt = discretize_dt(dt, dt_bias, dt_softplus).to(cdtype)
     Bh = _heads_from_groups(B, nheads).to(cdtype)
     Ch = _heads_from_groups(C, nheads).to(cdtype)
-    L = torch.exp(segsum(rearrange(dt * A.to(cdtype), 'b l h -> b h l')))
+    L = ssd_decay_mask(dt, A)
     M = L * torch.einsum('bihn,bjhn->bhij', Ch, Bh) * rearrange(dt, 'b j h -> b h 1 j')
     if D is not None:
         if D.dim() != 1:
@@ -355,23 +394,37 @@ def mamba_ssm_available() -> bool:
 _LOGGED = set()
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
+def resolve_backend(backend: str, device: torch.device,
+                    needs_states: bool = False) -> str:
     """Turn ``'auto'`` into a concrete backend for tensors on ``device``.
 
-    ``'auto'`` picks ``'mamba_ssm'`` on CUDA when mamba-ssm imports, otherwise
-    ``'chunked'``. The choice is logged once per (request, device type).
+    ``'auto'`` picks ``'triton'`` on CUDA when Triton imports (unless
+    ``needs_states``: initial or final states are asked for), else ``'mamba_ssm'``
+    on CUDA when mamba-ssm imports, otherwise ``'chunked'``. The choice is logged
+    once per (request, device type).
     """
+    from .fused import triton_available
     if backend not in BACKENDS:
         raise ValueError(f'ssd: unknown backend {backend!r}; '
                          f'choose one of {BACKENDS}')
+    cuda = device.type == 'cuda'
     chosen = backend
     if backend == 'auto':
-        chosen = ('mamba_ssm' if device.type == 'cuda' and mamba_ssm_available()
-                  else 'chunked')
-    if chosen == 'mamba_ssm' and not (device.type == 'cuda'
-                                      and mamba_ssm_available()):
+        if cuda and triton_available() and not needs_states:
+            chosen = 'triton'
+        elif cuda and mamba_ssm_available():
+            chosen = 'mamba_ssm'
+        else:
+            chosen = 'chunked'
+    if chosen == 'triton' and needs_states:
+        raise ValueError('ssd: backend "triton" has no `initial_states` / '
+                         '`return_final_states`; use "chunked", "ref" or "mamba_ssm"')
+    if chosen == 'mamba_ssm' and not (cuda and mamba_ssm_available()):
         raise ValueError('ssd: backend "mamba_ssm" needs CUDA tensors and an '
                          'importable mamba-ssm (pip install mmdinomamba[mamba])')
+    if chosen == 'triton' and not (cuda and triton_available()):
+        raise ValueError('ssd: backend "triton" needs CUDA tensors and an '
+                         'importable Triton')
     key = (backend, device.type, chosen)
     if key not in _LOGGED:
         _LOGGED.add(key)
@@ -393,7 +446,7 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
         A (Tensor): (nheads,).
         B (Tensor): (batch, seqlen, ngroups, dstate).
         C (Tensor): (batch, seqlen, ngroups, dstate).
-        chunk_size (int): tokens per chunk. Defaults to 256.
+        chunk_size (int): tokens per chunk of the PyTorch backends. Defaults to 256.
         D (Tensor, optional): (nheads,) or (nheads, headdim).
         z (Tensor, optional): (batch, seqlen, nheads, headdim); output * silu(z).
         dt_bias (Tensor, optional): (nheads,).
@@ -407,7 +460,12 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
         ``return_final_states`` also (batch, nheads, headdim, dstate).
     """
     check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size)
-    chosen = resolve_backend(backend, x.device)
+    needs_states = initial_states is not None or return_final_states
+    chosen = resolve_backend(backend, x.device, needs_states)
+    if chosen == 'triton':
+        from .triton import ssd_triton
+        return ssd_triton(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                          dt_softplus=dt_softplus)
     kwargs = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias,
                   dt_softplus=dt_softplus, initial_states=initial_states,
                   return_final_states=return_final_states)

@@ -7,7 +7,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from mmdinomamba.ops import BACKENDS, RMSNorm, ssd, ssd_mixing_matrix
+from mmdinomamba.ops import (BACKENDS, RMSNorm, causal_depthwise_conv1d, resolve_backend, ssd,
+                             ssd_mixing_matrix)
 
 Tensor = torch.Tensor
 
@@ -33,6 +34,13 @@ class SSDMixer(nn.Module):
     ``z`` too) and is flipped back; the two directions are averaged before
     ``out_proj``. Parameter names follow the official layout, so released
     checkpoints load one-to-one.
+
+    On CUDA with ``ssd_backend`` 'auto' or 'triton', everything between the two
+    projections (both directions' conv + SiLU, SSD scans and gated norms, and
+    the average) runs as fused Triton kernels
+    (:func:`mmdinomamba.ops.triton.ssd_mixer_core`, for ``d_conv=4``); elsewhere it runs the
+    PyTorch reference path below, one direction at a time. Both compute the same
+    function.
 
     Args:
         dim (int): model width (``d_model``).
@@ -141,15 +149,16 @@ class SSDMixer(nn.Module):
         """
         p = self._direction_params(direction)
         z, xBC, dt = self._split(zxbcdt)
-        seqlen = zxbcdt.shape[1]
-        xBC = F.silu(p['conv1d'](xBC.transpose(1, 2))[..., :seqlen].transpose(1, 2))
+        conv = p['conv1d']
+        xBC = F.silu(causal_depthwise_conv1d(xBC, conv.weight, conv.bias))
         x, B, C = torch.split(
             xBC, [self.d_inner, self.ngroups * self.d_state,
                   self.ngroups * self.d_state], dim=-1)
         return dict(
             x=rearrange(x, 'b l (h p) -> b l h p', p=self.headdim),
             dt=dt,
-            A=-torch.exp(p['A_log'].float()),
+            A=-torch.exp(p['A_log'].to(torch.promote_types(p['A_log'].dtype,
+                                                             torch.float32))),
             B=rearrange(B, 'b l (g n) -> b l g n', g=self.ngroups),
             C=rearrange(C, 'b l (g n) -> b l g n', g=self.ngroups),
             D=p['D'],
@@ -178,11 +187,37 @@ class SSDMixer(nn.Module):
             raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
                              f'{self.dim}), got {tuple(u.shape)}')
         zxbcdt = self.in_proj(u)
+        if self.uses_fused_path(zxbcdt):
+            return self.out_proj(self._fused_core(zxbcdt))
         y = self._run_direction(zxbcdt, 'forward')
         if self.bidirectional:
             y_b = self._run_direction(zxbcdt.flip(1), 'backward').flip(1)
             y = (y + y_b) / 2
         return self.out_proj(y)
+
+    def uses_fused_path(self, zxbcdt: Tensor) -> bool:
+        """Whether :meth:`forward` takes the fused Triton path for this input."""
+        from mmdinomamba.ops import use_triton
+        if (self.ssd_backend not in ('auto', 'triton') or self.d_conv != 4
+                or not use_triton(zxbcdt)):
+            return False
+        return resolve_backend(self.ssd_backend, zxbcdt.device) == 'triton'
+
+    def _fused_core(self, zxbcdt: Tensor) -> Tensor:
+        """All directions between the projections in fused kernels: (batch, seqlen, d_inner)."""
+        from mmdinomamba.ops.triton import ssd_mixer_core
+        from mmdinomamba.ops.triton.mixer import MixerDims
+        params = [self._direction_params(d) for d in self.directions]
+        conv_b = (torch.stack([p['conv1d'].bias for p in params])
+                  if params[0]['conv1d'].bias is not None else None)
+        dims = MixerDims(self.d_inner, self.ngroups, self.d_state, self.headdim,
+                         len(self.directions), params[0]['norm'].eps)
+        return ssd_mixer_core(
+            zxbcdt, torch.stack([p['conv1d'].weight[:, 0] for p in params]), conv_b,
+            torch.cat([p['dt_bias'] for p in params]),
+            torch.cat([p['A_log'] for p in params]),
+            torch.cat([p['D'] for p in params]),
+            torch.stack([p['norm'].weight for p in params]), dims)
 
     @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
