@@ -1,5 +1,11 @@
-"""Models: mixers and backbones need torch, einops and mmengine only."""
+"""Models: everything here but ``selfsup`` needs torch, einops and mmengine only."""
 from .backbones import DinoVim, LinearViT
+from .heads import DINOHead
+from .losses import DINOLoss
 from .mixers import LinearAttention, SSDMixer
+from .necks import ConcatNeck
+# last: it imports mmdinomamba.analysis, which reads the modules above
+from .activation_map_model import ActivationMapModel
 
-__all__ = ['DinoVim', 'LinearAttention', 'LinearViT', 'SSDMixer']
+__all__ = ['ActivationMapModel', 'ConcatNeck', 'DINOHead', 'DINOLoss', 'DinoVim',
+           'LinearAttention', 'LinearViT', 'SSDMixer']

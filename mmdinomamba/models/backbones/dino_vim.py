@@ -12,8 +12,8 @@ import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.mixers import SSDMixer
-from mmdinomamba.models.utils import drop_path_or_identity
-from mmdinomamba.ops import RMSNorm
+from mmdinomamba.models.utils import drop_path_or_identity, linear_rates
+from mmdinomamba.ops import RMSNorm, add_rms_norm
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
@@ -26,7 +26,8 @@ class MambaBlock(nn.Module):
 
     ``forward(h, residual)`` returns the new ``(h, residual)`` pair: the mixer
     output and the stream it was computed from (``residual`` is None for the
-    first block, whose input is the stream itself).
+    first block, whose input is the stream itself). The add and the norm are one
+    fused kernel on CUDA (:func:`mmdinomamba.ops.add_rms_norm`).
     """
 
     def __init__(self, dim: int, mixer_cfg: dict, drop_path: float = 0.0,
@@ -37,9 +38,9 @@ class MambaBlock(nn.Module):
         self.drop_path = drop_path_or_identity(drop_path)
 
     def forward(self, h: Tensor, residual: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        residual = h.float() if residual is None else residual + self.drop_path(h)
-        h = self.mixer(self.norm(residual.to(self.norm.weight.dtype)))
-        return h, residual
+        residual, normed = add_rms_norm(h if residual is None else self.drop_path(h),
+                                        residual, self.norm.weight, self.norm.eps)
+        return self.mixer(normed), residual
 
 
 class DinoVim(PlainBackbone):
@@ -128,7 +129,7 @@ class DinoVim(PlainBackbone):
             self.pos_embed_cls = nn.Parameter(torch.zeros(1, num_registers, dim))
 
         mixer_cfg = {**self.default_mixer_cfg, **(mixer_cfg or {})}
-        dpr = [0.0] + torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        dpr = [0.0] + linear_rates(drop_path_rate, self.num_layers)
         self.layers = nn.ModuleList(
             MambaBlock(dim, copy.deepcopy(mixer_cfg), dpr[i], norm_eps)
             for i in range(self.num_layers))
@@ -164,7 +165,8 @@ class DinoVim(PlainBackbone):
         if self.num_registers == 0:
             mid = (n + 1) // 2
             # sequence [CLS, p_0 .. p_{n-1}] with [CLS] re-inserted at `mid`
-            return TokenLayout(readout=torch.tensor([mid], device=device),
+            # torch.full, not torch.tensor: no host-to-device copy (CUDA-graph safe)
+            return TokenLayout(readout=torch.full((1, ), mid, device=device),
                                patches=torch.where(j + 1 < mid, j + 1, j + 2), hw=hw)
         R = self.num_registers
         s = n // (R + 1)
@@ -183,13 +185,13 @@ class DinoVim(PlainBackbone):
         tokens = patches.new_empty(batch, n + len(layout.readout) +
                                    (0 if self.num_registers else 1), dim)
         if self.num_registers:
-            tokens[:, layout.patches] = patches + pos
+            tokens[:, layout.patches] = (patches + pos).to(tokens.dtype)
             tokens[:, layout.readout] = (self.cls_token + self.pos_embed_cls).to(
                 tokens.dtype).expand(batch, -1, -1)
             return tokens, layout
         cls = self.cls_token.to(patches.dtype).expand(batch, -1, -1)
         seq = torch.cat([cls, patches], dim=1) + pos.to(patches.dtype)
-        mid = int(layout.readout[0])
+        mid = (n + 1) // 2  # = layout.readout[0], without reading the device
         return torch.cat([seq[:, :mid], cls, seq[:, mid:]], dim=1), layout
 
     # ---------------------------------------------------------------- blocks

@@ -6,7 +6,7 @@ import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.mixers import LinearAttention
-from mmdinomamba.models.utils import drop_path_or_identity
+from mmdinomamba.models.utils import drop_path_or_identity, linear_rates
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
@@ -101,7 +101,7 @@ class LinearViT(PlainBackbone):
         self.patch_embed = PatchEmbed(in_channels, dim, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
-        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        dpr = linear_rates(drop_path_rate, self.num_layers)
         self.layers = nn.ModuleList(
             LinearViTBlock(dim, self.arch_settings['num_heads'],
                            self.arch_settings['mlp_ratio'], dpr[i], qkv_bias)
@@ -126,7 +126,7 @@ class LinearViT(PlainBackbone):
                         nn.init.zeros_(m.bias)
 
     def token_layout(self, hw: Tuple[int, int], device=None) -> TokenLayout:
-        return TokenLayout(readout=torch.tensor([0], device=device),
+        return TokenLayout(readout=torch.zeros(1, dtype=torch.long, device=device),
                            patches=torch.arange(1, hw[0] * hw[1] + 1, device=device),
                            hw=hw)
 
