@@ -1,0 +1,69 @@
+"""Dispatch between the PyTorch reference ops and the fused Triton kernels.
+
+The Triton kernels (:mod:`mmdinomamba.ops.triton`) run on CUDA tensors when
+Triton imports; everything else (CPU, float64, no Triton) takes the PyTorch
+path, which is the ground truth. Set the environment variable
+``MMDINOMAMBA_DISABLE_TRITON=1`` to force the PyTorch path on CUDA too.
+"""
+import functools
+import importlib.util
+import os
+from typing import Optional, Tuple
+
+import torch
+
+from .norm import rms_norm
+
+Tensor = torch.Tensor
+
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """True when CUDA is usable, Triton imports and it is not disabled."""
+    if os.environ.get('MMDINOMAMBA_DISABLE_TRITON', '0') == '1':
+        return False
+    if not torch.cuda.is_available() or importlib.util.find_spec('triton') is None:
+        return False
+    try:
+        import mmdinomamba.ops.triton  # noqa: F401
+    except Exception:  # a Triton too old for the kernels, or a broken install
+        return False
+    return True
+
+
+def use_triton(t: Tensor) -> bool:
+    """Whether the fused kernels can take tensor ``t``."""
+    return t.is_cuda and t.dtype in TRITON_DTYPES and triton_available()
+
+
+def compute_dtype(weight: Tensor) -> torch.dtype:
+    """The dtype a matmul after a norm computes in: autocast's, else the weight's."""
+    device = weight.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return weight.dtype
+
+
+def add_rms_norm(h: Tensor, residual: Optional[Tensor], weight: Tensor,
+                 eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
+    """The pre-norm step of a block: ``residual = h + residual``, then RMSNorm.
+
+    Args:
+        h (Tensor): (..., dim), the previous block's output (or the tokens).
+        residual (Tensor, optional): (..., dim) float32 stream; None for the
+            first block, whose stream starts as ``h`` in float32.
+        weight (Tensor): (dim,) RMSNorm scale.
+        eps (float): RMSNorm eps. Defaults to 1e-5.
+
+    Returns:
+        tuple: the new stream (..., dim) float32 and its RMSNorm (..., dim), in
+        the dtype the next matmul computes in (the PyTorch path returns the
+        weight's dtype and leaves the cast to autocast: same values).
+    """
+    if use_triton(h):
+        from .triton import add_rms_norm_triton
+        return add_rms_norm_triton(h, residual, weight, eps, compute_dtype(weight))
+    residual = h.float() if residual is None else residual + h
+    return residual, rms_norm(residual.to(weight.dtype), weight, eps)

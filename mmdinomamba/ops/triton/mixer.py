@@ -1,0 +1,134 @@
+"""The SSD mixer between its two projections, as one autograd function.
+
+From the packed projection ``zxbcdt = in_proj(u)`` (order ``[z, x, B, C, dt]``) to
+the input of ``out_proj``, for one (causal) or two (bidirectional) directions::
+
+    xBC_d = silu(conv_d(xBC))                      (conv.py, both directions, one pass)
+    y_d   = ssd_d(x_d, dt, A_d, B_d, C_d, D_d)     (ssd_scan.py, both directions, one launch)
+    out   = mean_d(rmsnorm(y_d * silu(z)) * w_d)   (norm.py)
+
+Direction 1 is the official "bimamba v2" backward direction (flip, causal scan,
+flip back), computed in sequence order without flips. The backward pass
+recomputes the conv outputs instead of storing them.
+"""
+from typing import NamedTuple, Optional
+
+import torch
+
+from .conv import conv_backward, conv_forward
+from .norm import gated_norm_backward, gated_norm_forward
+from .ssd_scan import ScanArgs, default_chunk, scan_backward, scan_forward, sum_heads
+
+Tensor = torch.Tensor
+
+
+class MixerDims(NamedTuple):
+    """Sizes of the mixer (see :class:`mmdinomamba.models.mixers.SSDMixer`)."""
+    d_inner: int
+    ngroups: int
+    d_state: int
+    headdim: int
+    ndir: int
+    eps: float
+
+
+def _views(zxbcdt: Tensor, dims: MixerDims):
+    """The z, xBC and dt slices of the packed projection (views, no copies)."""
+    di, gn = dims.d_inner, dims.ngroups * dims.d_state
+    conv_dim = di + 2 * gn
+    return (zxbcdt[..., :di], zxbcdt[..., di:di + conv_dim],
+            zxbcdt[..., di + conv_dim:])
+
+
+def _scan_args(xbc2: Tensor, dt: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor,
+               dims: MixerDims) -> ScanArgs:
+    batch, seqlen, ndir, _ = xbc2.shape
+    di, G, N, P = dims.d_inner, dims.ngroups, dims.d_state, dims.headdim
+    x = xbc2[..., :di].view(batch, seqlen, ndir, di // P, P)
+    B = xbc2[..., di:di + G * N].view(batch, seqlen, ndir, G, N)
+    C = xbc2[..., di + G * N:].view(batch, seqlen, ndir, G, N)
+    D = D.float()[:, None].expand(-1, P).contiguous()
+    return ScanArgs(x, B, C, dt, dt_bias.float().contiguous(), A, D, True,
+                    default_chunk(seqlen))
+
+
+class _MixerCore(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, dims):
+        zxbcdt = zxbcdt.contiguous()
+        batch, seqlen, _ = zxbcdt.shape
+        z, xBC, dt = _views(zxbcdt, dims)
+        w32 = conv_w.float().contiguous()
+        b32 = conv_b.float().contiguous() if conv_b is not None else None
+        xbc2 = conv_forward(xBC, w32, b32, zxbcdt.new_empty(
+            batch, seqlen, dims.ndir, xBC.shape[-1]))
+        A = -torch.exp(A_log.float())
+        args = _scan_args(xbc2, dt, dt_bias, A, D, dims)
+        y2 = zxbcdt.new_empty(batch, seqlen, dims.ndir, dims.d_inner)
+        scan_forward(args, y2.view(args.x.shape))
+        out = zxbcdt.new_empty(batch, seqlen, dims.d_inner)
+        _, rstd = gated_norm_forward(
+            y2.view(-1, dims.ndir, dims.d_inner), z.reshape(-1, dims.d_inner),
+            norm_w.float().contiguous(), dims.eps, dims.ngroups,
+            out.view(-1, dims.d_inner))
+        ctx.save_for_backward(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, y2,
+                              rstd)
+        ctx.dims = dims
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, y2, rstd = ctx.saved_tensors
+        dims = ctx.dims
+        batch, seqlen, _ = zxbcdt.shape
+        di = dims.d_inner
+        z, xBC, dt = _views(zxbcdt, dims)
+        w32 = conv_w.float().contiguous()
+        b32 = conv_b.float().contiguous() if conv_b is not None else None
+        xbc2 = conv_forward(xBC, w32, b32, zxbcdt.new_empty(
+            batch, seqlen, dims.ndir, xBC.shape[-1]))
+        A = -torch.exp(A_log.float())
+        args = _scan_args(xbc2, dt, dt_bias, A, D, dims)
+
+        dzxbcdt = torch.empty_like(zxbcdt)
+        dz, dxBC, ddt_raw = _views(dzxbcdt, dims)
+        dy2 = torch.empty_like(y2)
+        dnorm_w = gated_norm_backward(
+            dout.contiguous().view(-1, di), y2.view(-1, dims.ndir, di),
+            z.reshape(-1, di), norm_w.float().contiguous(), rstd,
+            dy2.view(-1, dims.ndir, di), dz.view(-1, di))
+
+        dxbc2 = torch.empty_like(xbc2)
+        dB, dC, ddt, dA, dbias, dD = scan_backward(
+            args, dy2.view(args.x.shape), dxbc2[..., :di].view(args.x.shape))
+        gn = dims.ngroups * dims.d_state
+        dxbc2[..., di:di + gn] = sum_heads(dB, dims.ndir, dims.ngroups).flatten(-2)
+        dxbc2[..., di + gn:] = sum_heads(dC, dims.ndir, dims.ngroups).flatten(-2)
+        ddt_raw.copy_(ddt.view(batch, seqlen, dims.ndir, -1).sum(2))
+        dconv_w, dconv_b = conv_backward(xBC, w32, b32, dxbc2, dxBC)
+        dA_log = dA.sum(0) * A
+        return (dzxbcdt, dconv_w.to(conv_w.dtype),
+                dconv_b.to(conv_b.dtype) if conv_b is not None else None,
+                dbias.sum(0).to(dt_bias.dtype), dA_log.to(A_log.dtype),
+                dD.sum((0, 2)).to(D.dtype), dnorm_w.to(norm_w.dtype), None)
+
+
+def ssd_mixer_core(zxbcdt: Tensor, conv_w: Tensor, conv_b: Optional[Tensor],
+                   dt_bias: Tensor, A_log: Tensor, D: Tensor, norm_w: Tensor,
+                   dims: MixerDims) -> Tensor:
+    """Conv, SSD scan and gated norm of every direction, averaged.
+
+    Args:
+        zxbcdt (Tensor): (batch, seqlen, 2 * d_inner + 2 * ngroups * d_state + nheads),
+            the output of ``in_proj``; its dtype is the compute dtype.
+        conv_w (Tensor): (ndir, conv_dim, d_conv) depthwise conv weights.
+        conv_b (Tensor, optional): (ndir, conv_dim).
+        dt_bias, A_log, D (Tensor): (ndir * nheads,), directions concatenated.
+        norm_w (Tensor): (ndir, d_inner) gated-norm weights.
+        dims (MixerDims): sizes.
+
+    Returns:
+        Tensor: (batch, seqlen, d_inner), the input of ``out_proj``, in zxbcdt's dtype.
+    """
+    return _MixerCore.apply(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, dims)

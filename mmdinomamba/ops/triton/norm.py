@@ -1,0 +1,268 @@
+"""Fused norms (Triton): the mixer's gated RMSNorm + direction average, and the
+block's residual add + RMSNorm.
+
+Gated norm, per token, per norm group of ``group`` channels, for each direction d::
+
+    v_d = y_d * silu(z)
+    out = mean_d( v_d / sqrt(mean(v_d^2) + eps) * w_d )
+
+Add + norm, per token::
+
+    residual = h + residual            (float32)
+    out      = residual / sqrt(mean(residual^2) + eps) * w
+"""
+import torch
+import triton
+import triton.language as tl
+
+from .conv import row_align
+
+Tensor = torch.Tensor
+
+ROWS_PER_PROGRAM = 64
+
+
+# --------------------------------------------------------------------------- #
+# Gated RMSNorm of both directions, averaged
+# --------------------------------------------------------------------------- #
+@triton.jit
+def _gated_norm_fwd_kernel(y_ptr, z_ptr, w_ptr, out_ptr, rstd_ptr, eps,
+                           s_yr, s_yd, s_zr, s_or,
+                           DIM: tl.constexpr, GROUP: tl.constexpr, NGROUPS: tl.constexpr,
+                           NDIR: tl.constexpr, BLOCK_G: tl.constexpr,
+                           BLOCK_S: tl.constexpr, ROW_ALIGN: tl.constexpr):
+    s_yr = s_yr * ROW_ALIGN
+    s_yd = s_yd * ROW_ALIGN
+    s_zr = s_zr * ROW_ALIGN
+    s_or = s_or * ROW_ALIGN
+    row = tl.program_id(0).to(tl.int64)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_s = tl.arange(0, BLOCK_S)
+    cols = offs_g[:, None] * GROUP + offs_s[None, :]
+    mask = (offs_g < NGROUPS)[:, None] & (offs_s < GROUP)[None, :]
+    z = tl.load(z_ptr + row * s_zr + cols, mask=mask, other=0.).to(tl.float32)
+    gate = z * tl.sigmoid(z)
+    acc = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
+    for d in tl.static_range(NDIR):
+        y = tl.load(y_ptr + row * s_yr + d * s_yd + cols, mask=mask,
+                    other=0.).to(tl.float32)
+        v = y * gate
+        rstd = 1. / tl.sqrt(tl.sum(v * v, 1) / GROUP + eps)
+        tl.store(rstd_ptr + (row * NDIR + d) * NGROUPS + offs_g, rstd,
+                 mask=offs_g < NGROUPS)
+        w = tl.load(w_ptr + d * DIM + cols, mask=mask, other=0.)
+        acc += v * rstd[:, None] * w
+    tl.store(out_ptr + row * s_or + cols, (acc / NDIR).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_ptr,
+                           dw_ptr, nrows, s_dor, s_yr, s_yd, s_zr, s_dzr,
+                           DIM: tl.constexpr, GROUP: tl.constexpr,
+                           NGROUPS: tl.constexpr, NDIR: tl.constexpr,
+                           BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
+                           ROWS: tl.constexpr, ROW_ALIGN: tl.constexpr):
+    s_dor = s_dor * ROW_ALIGN
+    s_yr = s_yr * ROW_ALIGN
+    s_yd = s_yd * ROW_ALIGN
+    s_zr = s_zr * ROW_ALIGN
+    s_dzr = s_dzr * ROW_ALIGN
+    pid = tl.program_id(0)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_s = tl.arange(0, BLOCK_S)
+    cols = offs_g[:, None] * GROUP + offs_s[None, :]
+    cmask = (offs_g < NGROUPS)[:, None] & (offs_s < GROUP)[None, :]
+    w0 = tl.load(w_ptr + cols, mask=cmask, other=0.)
+    w1 = tl.load(w_ptr + (NDIR - 1) * DIM + cols, mask=cmask, other=0.)
+    dw0 = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
+    dw1 = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
+    for i in range(0, ROWS):
+        row = (pid * ROWS + i).to(tl.int64)
+        mask = cmask & (row < nrows)
+        dout = tl.load(dout_ptr + row * s_dor + cols, mask=mask,
+                       other=0.).to(tl.float32) / NDIR
+        z = tl.load(z_ptr + row * s_zr + cols, mask=mask, other=0.).to(tl.float32)
+        sig = tl.sigmoid(z)
+        gate = z * sig
+        dgate = sig * (1. + z * (1. - sig))
+        dz = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
+        for d in tl.static_range(NDIR):
+            y = tl.load(y_ptr + row * s_yr + d * s_yd + cols, mask=mask,
+                        other=0.).to(tl.float32)
+            rstd = tl.load(rstd_ptr + (row * NDIR + d) * NGROUPS + offs_g,
+                           mask=(offs_g < NGROUPS) & (row < nrows), other=0.)
+            n = y * gate * rstd[:, None]
+            if d == 0:
+                dn = dout * w0
+                dw0 += dout * n
+            else:
+                dn = dout * w1
+                dw1 += dout * n
+            dv = rstd[:, None] * (dn - n * (tl.sum(dn * n, 1) / GROUP)[:, None])
+            tl.store(dy_ptr + row * s_yr + d * s_yd + cols,
+                     (dv * gate).to(dy_ptr.dtype.element_ty), mask=mask)
+            dz += dv * y * dgate
+        tl.store(dz_ptr + row * s_dzr + cols, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+    tl.store(dw_ptr + pid * NDIR * DIM + cols, dw0, mask=cmask)
+    if NDIR == 2:
+        tl.store(dw_ptr + (pid * NDIR + 1) * DIM + cols, dw1, mask=cmask)
+
+
+def _norm_blocks(dim: int, ngroups: int):
+    group = dim // ngroups
+    return dict(DIM=dim, GROUP=group, NGROUPS=ngroups,
+                BLOCK_G=triton.next_power_of_2(ngroups),
+                BLOCK_S=triton.next_power_of_2(group))
+
+
+def gated_norm_forward(y: Tensor, z: Tensor, weight: Tensor, eps: float, ngroups: int,
+                       out: Tensor):
+    """Forward of the averaged gated norm.
+
+    Args:
+        y (Tensor): (rows, ndir, dim), last axis dense.
+        z (Tensor): (rows, dim), last axis dense (a slice is fine).
+        weight (Tensor): (ndir, dim) float32, contiguous.
+        eps (float): RMSNorm eps.
+        ngroups (int): norm groups.
+        out (Tensor): (rows, dim), written.
+
+    Returns:
+        tuple: ``out`` and rstd (rows, ndir, ngroups) float32.
+    """
+    rows, ndir, dim = y.shape
+    rstd = torch.empty(rows, ndir, ngroups, device=y.device, dtype=torch.float32)
+    blocks = _norm_blocks(dim, ngroups)
+    strides = (y.stride(0), y.stride(1), z.stride(0), out.stride(0))
+    align = row_align(y.element_size(), *strides)
+    _gated_norm_fwd_kernel[(rows, )](
+        y, z, weight, out, rstd, eps, *[s // align for s in strides], NDIR=ndir,
+        ROW_ALIGN=align, num_warps=_warps(blocks), **blocks)
+    return out, rstd
+
+
+def gated_norm_backward(dout: Tensor, y: Tensor, z: Tensor, weight: Tensor,
+                        rstd: Tensor, dy: Tensor, dz: Tensor) -> Tensor:
+    """Backward of :func:`gated_norm_forward`; writes ``dy`` (like y) and ``dz``
+    (like z) and returns the weight gradient (ndir, dim) float32."""
+    rows, ndir, dim = y.shape
+    ngroups = rstd.shape[-1]
+    blocks = _norm_blocks(dim, ngroups)
+    programs = triton.cdiv(rows, ROWS_PER_PROGRAM)
+    dw = torch.empty(programs, ndir, dim, device=y.device, dtype=torch.float32)
+    strides = (dout.stride(0), y.stride(0), y.stride(1), z.stride(0), dz.stride(0))
+    align = row_align(y.element_size(), *strides)
+    _gated_norm_bwd_kernel[(programs, )](
+        dout, y, z, weight, rstd, dy, dz, dw, rows, *[s // align for s in strides],
+        NDIR=ndir, ROWS=ROWS_PER_PROGRAM, ROW_ALIGN=align, num_warps=_warps(blocks),
+        **blocks)
+    return dw.sum(0)
+
+
+def _warps(blocks) -> int:
+    return max(1, min(16, blocks['BLOCK_G'] * blocks['BLOCK_S'] // 256))
+
+
+# --------------------------------------------------------------------------- #
+# Residual add + RMSNorm
+# --------------------------------------------------------------------------- #
+@triton.jit
+def _add_norm_fwd_kernel(h_ptr, res_ptr, w_ptr, res_out_ptr, out_ptr, rstd_ptr, eps,
+                         DIM: tl.constexpr, BLOCK: tl.constexpr,
+                         HAS_RESIDUAL: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < DIM
+    x = tl.load(h_ptr + row * DIM + cols, mask=mask, other=0.).to(tl.float32)
+    if HAS_RESIDUAL:
+        x += tl.load(res_ptr + row * DIM + cols, mask=mask, other=0.)
+    tl.store(res_out_ptr + row * DIM + cols, x, mask=mask)
+    rstd = 1. / tl.sqrt(tl.sum(x * x, 0) / DIM + eps)
+    tl.store(rstd_ptr + row, rstd)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.).to(tl.float32)
+    tl.store(out_ptr + row * DIM + cols, (x * rstd * w).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _add_norm_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr,
+                         nrows, DIM: tl.constexpr, BLOCK: tl.constexpr,
+                         HAS_DRES: tl.constexpr, ROWS: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    cmask = cols < DIM
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.).to(tl.float32)
+    dw = tl.zeros((BLOCK, ), dtype=tl.float32)
+    for i in range(0, ROWS):
+        row = (pid * ROWS + i).to(tl.int64)
+        mask = cmask & (row < nrows)
+        x = tl.load(res_ptr + row * DIM + cols, mask=mask, other=0.)
+        rstd = tl.load(rstd_ptr + row, mask=row < nrows, other=0.)
+        dout = tl.load(dout_ptr + row * DIM + cols, mask=mask, other=0.).to(tl.float32)
+        n = x * rstd
+        dn = dout * w
+        dw += dout * n
+        dx = rstd * (dn - n * (tl.sum(dn * n, 0) / DIM))
+        if HAS_DRES:
+            dx += tl.load(dres_ptr + row * DIM + cols, mask=mask, other=0.)
+        tl.store(dx_ptr + row * DIM + cols, dx, mask=mask)
+    tl.store(dw_ptr + pid * DIM + cols, dw, mask=cmask)
+
+
+class _AddRMSNorm(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, h, residual, weight, eps, out_dtype):
+        dim = h.shape[-1]
+        h2 = h.contiguous().view(-1, dim)
+        res2 = residual.contiguous().view(-1, dim) if residual is not None else None
+        rows = h2.shape[0]
+        res_out = torch.empty(rows, dim, device=h.device, dtype=torch.float32)
+        out = torch.empty(rows, dim, device=h.device, dtype=out_dtype)
+        rstd = torch.empty(rows, device=h.device, dtype=torch.float32)
+        block = triton.next_power_of_2(dim)
+        _add_norm_fwd_kernel[(rows, )](
+            h2, res2 if res2 is not None else h2, weight, res_out, out, rstd, eps,
+            DIM=dim, BLOCK=block, HAS_RESIDUAL=res2 is not None,
+            num_warps=max(1, min(8, block // 256)))
+        ctx.save_for_backward(res_out, weight, rstd)
+        ctx.meta = (h.dtype, residual is not None, weight.dtype, h.shape)
+        return res_out.view(h.shape), out.view(h.shape)
+
+    @staticmethod
+    def backward(ctx, dres_out, dout):
+        res_out, weight, rstd = ctx.saved_tensors
+        h_dtype, has_residual, w_dtype, shape = ctx.meta
+        rows, dim = res_out.shape
+        dx = torch.empty(rows, dim, device=res_out.device, dtype=torch.float32)
+        programs = triton.cdiv(rows, ROWS_PER_PROGRAM)
+        dw = torch.empty(programs, dim, device=res_out.device, dtype=torch.float32)
+        if dout is None:
+            dout = torch.zeros(rows, dim, device=res_out.device, dtype=torch.float32)
+        block = triton.next_power_of_2(dim)
+        _add_norm_bwd_kernel[(programs, )](
+            dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
+            res_out, weight, rstd, dx, dw, rows, DIM=dim, BLOCK=block,
+            HAS_DRES=dres_out is not None, ROWS=ROWS_PER_PROGRAM,
+            num_warps=max(1, min(8, block // 256)))
+        dx = dx.view(shape)
+        dh = dx.to(h_dtype) if h_dtype != torch.float32 else dx.clone()
+        return dh, dx if has_residual else None, dw.sum(0).to(w_dtype), None, None
+
+
+def add_rms_norm_triton(h: Tensor, residual, weight: Tensor, eps: float,
+                        out_dtype: torch.dtype):
+    """``residual = h + residual`` (float32) and its RMSNorm, in one kernel.
+
+    Args:
+        h (Tensor): (..., dim).
+        residual (Tensor, optional): (..., dim) float32; None means zero.
+        weight (Tensor): (dim,).
+        eps (float): RMSNorm eps.
+        out_dtype (torch.dtype): dtype of the normed output.
+
+    Returns:
+        tuple: the new residual (..., dim) float32 and the normed (..., dim).
+    """
+    return _AddRMSNorm.apply(h, residual, weight, eps, out_dtype)

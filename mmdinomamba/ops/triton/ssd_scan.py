@@ -1,0 +1,545 @@
+"""The SSD scan as one Triton program per (direction, head, image).
+
+Each program walks its sequence chunk by chunk (``CHUNK`` tokens), keeping the
+(headdim x dstate) state in registers. Per chunk, with ``X = x * dt`` and ``g``
+the within-chunk cumulative ``dt * A``::
+
+    y     = (L o C B^T) X + exp(g) (C H^T) + D x                 (L_ij = exp(g_i - g_j), i >= j)
+    H_out = exp(g_last) H + (X * exp(g_last - g))^T B
+
+which is :func:`mmdinomamba.ops.ssd_chunked` with the chunk loop inside the
+kernel: one launch for the whole scan, nothing of size seqlen x seqlen in memory,
+and both directions of a bidirectional mixer in the same launch. The backward
+(anti-causal) direction reads its tokens last to first, so it is the same causal
+scan on the flipped sequence, without copying anything.
+
+Layout. A program's *slot* is ``direction * nheads + head``; slots of direction 1
+scan backwards. Tensors are addressed through strides, so the kernels read and
+write slices of bigger buffers (the mixer's packed projections) in place:
+
+=========  ====================================================================
+x, y, dx   (batch, seqlen, direction, head, headdim) via 4 strides, last axis dense
+B, C       (batch, seqlen, direction, group, dstate) via 4 strides, last axis dense
+dt         (batch, seqlen, head), raw (before bias and softplus), shared by directions
+dt_bias    (slots,) float32; A (slots,) float32 (negative); D (slots, headdim) float32
+=========  ====================================================================
+
+The backward kernel first replays the forward sweep to store the state entering
+each chunk (scratch), then walks the chunks in reverse order carrying the
+state's gradient. Gradients of B and C are written per slot and summed over the
+heads of a group by the caller.
+"""
+import torch
+import triton
+import triton.language as tl
+
+Tensor = torch.Tensor
+
+
+@triton.jit
+def softplus_fp32(x):
+    """``log(1 + exp(x))`` as torch's softplus (linear above 20), with an exact log1p."""
+    u = tl.exp(tl.minimum(x, 20.0))
+    w = 1.0 + u
+    log1p = tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
+    return tl.where(x > 20.0, x, log1p)
+
+
+@triton.jit
+def _load_chunk(c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
+                C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n,
+                CHUNK: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+    """One chunk in scan order: raw dt + bias, dt, dt * A, x, B, C and the token mask."""
+    t = c * CHUNK + offs_q
+    valid = t < seqlen
+    pos = tl.where(reverse, seqlen - 1 - t, t)
+    raw = tl.load(dt_base + pos * s_tl, mask=valid, other=0.).to(tl.float32) + bias
+    if DT_SOFTPLUS:
+        dt = softplus_fp32(raw)
+    else:
+        dt = raw
+    dt = tl.where(valid, dt, 0.)
+    x = tl.load(x_base + pos[:, None] * s_xl + offs_p[None, :],
+                mask=valid[:, None] & mask_p[None, :], other=0.)
+    Bt = tl.load(B_base + pos[:, None] * s_Bl + offs_n[None, :],
+                 mask=valid[:, None] & mask_n[None, :], other=0.)
+    Ct = tl.load(C_base + pos[:, None] * s_Cl + offs_n[None, :],
+                 mask=valid[:, None] & mask_n[None, :], other=0.)
+    return pos, valid, raw, dt, dt * A, x, Bt, Ct
+
+
+@triton.jit
+def _ssd_fwd_kernel(
+        x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, y_ptr,
+        init_ptr, final_ptr, total_ptr,
+        seqlen, nheads, heads_per_group, nslots, seg_chunks,
+        s_xb, s_xl, s_xd, s_xh,
+        s_Bb, s_Bl, s_Bd, s_Bg,
+        s_Cb, s_Cl, s_Cd, s_Cg,
+        s_tb, s_tl, s_th,
+        s_yb, s_yl, s_yd, s_yh,
+        HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
+        BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+        HAS_D: tl.constexpr, DOT_PREC: tl.constexpr, HAS_INIT: tl.constexpr,
+        STATE_ONLY: tl.constexpr):
+    """One (slot, image, segment): chunks [seg * seg_chunks, (seg + 1) * seg_chunks).
+
+    ``STATE_ONLY``: write the segment's final state (from a zero start) and its
+    total log-decay instead of outputs. ``HAS_INIT``: start from the given state.
+    """
+    slot = tl.program_id(0)
+    b = tl.program_id(1).to(tl.int64)
+    seg = tl.program_id(2)
+    nseg = tl.num_programs(2)
+    d = slot // nheads
+    h = slot % nheads
+    g = h // heads_per_group
+    reverse = d == 1
+    x_base = x_ptr + b * s_xb + d * s_xd + h * s_xh
+    B_base = B_ptr + b * s_Bb + d * s_Bd + g * s_Bg
+    C_base = C_ptr + b * s_Cb + d * s_Cd + g * s_Cg
+    dt_base = dt_ptr + b * s_tb + h * s_th
+    y_base = y_ptr + b * s_yb + d * s_yd + h * s_yh
+
+    offs_q = tl.arange(0, CHUNK)
+    offs_p = tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_p = offs_p < HEADDIM
+    mask_n = offs_n < DSTATE
+    offs_state = offs_p[:, None] * BLOCK_N + offs_n[None, :]
+    seg_row = (b * nslots + slot) * nseg + seg
+    causal = offs_q[:, None] >= offs_q[None, :]
+    A = tl.load(A_ptr + slot).to(tl.float32)
+    bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
+    if HAS_D:
+        Dv = tl.load(D_ptr + slot * HEADDIM + offs_p, mask=mask_p, other=0.)
+    if HAS_INIT:
+        state = tl.load(init_ptr + seg_row * BLOCK_P * BLOCK_N + offs_state)
+    else:
+        state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    total = 0.
+    c_start = seg * seg_chunks
+    c_end = tl.minimum(c_start + seg_chunks, tl.cdiv(seqlen, CHUNK))
+    for c in range(c_start, c_end):
+        pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
+            c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
+            C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK, DT_SOFTPLUS)
+        gcs = tl.cumsum(a, 0)
+        glast = tl.sum(a, 0)
+        xdt = x.to(tl.float32) * dt[:, None]
+        if not STATE_ONLY:
+            # 1. intra-chunk: (L o C B^T) X
+            scores = tl.dot(Ct, tl.trans(Bt), input_precision=DOT_PREC)
+            decay = tl.exp(tl.where(causal, gcs[:, None] - gcs[None, :], -float('inf')))
+            y = tl.dot((scores * decay).to(x.dtype), xdt.to(x.dtype),
+                       input_precision=DOT_PREC)
+            # 2. state entering the chunk: exp(g) C H^T
+            y += tl.exp(gcs)[:, None] * tl.dot(Ct, tl.trans(state).to(x.dtype),
+                                                input_precision=DOT_PREC)
+            if HAS_D:
+                y += Dv[None, :] * x.to(tl.float32)
+            tl.store(y_base + pos[:, None] * s_yl + offs_p[None, :],
+                     y.to(y_ptr.dtype.element_ty), mask=valid[:, None] & mask_p[None, :])
+        # 3. state leaving the chunk
+        to_end = tl.exp(glast - gcs)
+        state = state * tl.exp(glast) + tl.dot(
+            tl.trans((xdt * to_end[:, None]).to(x.dtype)), Bt, input_precision=DOT_PREC)
+        total += glast
+    if STATE_ONLY:
+        tl.store(final_ptr + seg_row * BLOCK_P * BLOCK_N + offs_state, state)
+        tl.store(total_ptr + seg_row, total)
+
+
+@triton.jit
+def _ssd_bwd_kernel(
+        x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, dy_ptr, scratch_ptr,
+        dx_ptr, dB_ptr, dC_ptr, ddt_ptr, dA_ptr, dbias_ptr, dD_ptr,
+        seqlen, nheads, heads_per_group, nslots, nchunks,
+        s_xb, s_xl, s_xd, s_xh,
+        s_Bb, s_Bl, s_Bd, s_Bg,
+        s_Cb, s_Cl, s_Cd, s_Cg,
+        s_tb, s_tl, s_th,
+        s_yb, s_yl, s_yd, s_yh,
+        s_gb, s_gl, s_gd, s_gh,
+        HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
+        BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+        HAS_D: tl.constexpr, DOT_PREC: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr):
+    """``HEADS_PER_PROGRAM`` consecutive slots (same direction and group) of one image.
+
+    dB and dC of those slots are summed in place into one partial (the program
+    owns it), so the caller sums ``nslots / HEADS_PER_PROGRAM`` partials per group.
+    """
+    b = tl.program_id(1).to(tl.int64)
+    nparts = nslots // HEADS_PER_PROGRAM
+    part = tl.program_id(0)
+    offs_q = tl.arange(0, CHUNK)
+    offs_p = tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_p = offs_p < HEADDIM
+    mask_n = offs_n < DSTATE
+    offs_state = offs_p[:, None] * BLOCK_N + offs_n[None, :]
+    causal = offs_q[:, None] >= offs_q[None, :]
+    scratch_base = scratch_ptr + (b * nparts + part) * nchunks * BLOCK_P * BLOCK_N
+    for hh in range(0, HEADS_PER_PROGRAM):
+        slot = part * HEADS_PER_PROGRAM + hh
+        d = slot // nheads
+        h = slot % nheads
+        g = h // heads_per_group
+        reverse = d == 1
+        x_base = x_ptr + b * s_xb + d * s_xd + h * s_xh
+        B_base = B_ptr + b * s_Bb + d * s_Bd + g * s_Bg
+        C_base = C_ptr + b * s_Cb + d * s_Cd + g * s_Cg
+        dt_base = dt_ptr + b * s_tb + h * s_th
+        dy_base = dy_ptr + b * s_yb + d * s_yd + h * s_yh
+        dx_base = dx_ptr + b * s_gb + d * s_gd + h * s_gh
+        row = b * nslots + slot  # (image, slot) index of the per-slot outputs
+        A = tl.load(A_ptr + slot).to(tl.float32)
+        bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
+        if HAS_D:
+            Dv = tl.load(D_ptr + slot * HEADDIM + offs_p, mask=mask_p, other=0.)
+
+        # Forward sweep: store the state entering every chunk.
+        tl.debug_barrier()
+        state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+        for c in range(0, nchunks):
+            tl.store(scratch_base + c * BLOCK_P * BLOCK_N + offs_state,
+                     state.to(scratch_ptr.dtype.element_ty))
+            pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
+                c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
+                C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK,
+                DT_SOFTPLUS)
+            gcs = tl.cumsum(a, 0)
+            glast = tl.sum(a, 0)
+            to_end = tl.exp(glast - gcs)
+            xdt = x.to(tl.float32) * dt[:, None]
+            state = state * tl.exp(glast) + tl.dot(
+                tl.trans((xdt * to_end[:, None]).to(x.dtype)), Bt,
+                input_precision=DOT_PREC)
+        tl.debug_barrier()
+
+        # Reverse sweep, carrying dstate = dLoss / d(state leaving the chunk).
+        dstate = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+        dA_acc = tl.zeros((CHUNK, ), dtype=tl.float32)
+        dbias_acc = tl.zeros((CHUNK, ), dtype=tl.float32)
+        dD_acc = tl.zeros((BLOCK_P, ), dtype=tl.float32)
+        for ci in range(0, nchunks):
+            c = nchunks - 1 - ci
+            pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
+                c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
+                C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK,
+                DT_SOFTPLUS)
+            mask_qp = valid[:, None] & mask_p[None, :]
+            mask_qn = valid[:, None] & mask_n[None, :]
+            dy = tl.load(dy_base + pos[:, None] * s_yl + offs_p[None, :], mask=mask_qp,
+                         other=0.)
+            h_in = tl.load(scratch_base + c * BLOCK_P * BLOCK_N + offs_state).to(
+                tl.float32)
+            gcs = tl.cumsum(a, 0)
+            glast = tl.sum(a, 0)
+            eg = tl.exp(gcs)
+            to_end = tl.exp(glast - gcs)
+            xf = x.to(tl.float32)
+            xdt = (xf * dt[:, None]).to(x.dtype)
+            dstate_lp = dstate.to(x.dtype)
+            bc_off = ((b * seqlen + pos[:, None]) * nparts + part) * DSTATE + \
+                offs_n[None, :]
+
+            # intra-chunk terms; M = (C B^T) o L, dM = dy X^T
+            decay = tl.exp(tl.where(causal, gcs[:, None] - gcs[None, :], -float('inf')))
+            Mm = tl.dot(Ct, tl.trans(Bt), input_precision=DOT_PREC) * decay
+            dM = tl.dot(dy, tl.trans(xdt), input_precision=DOT_PREC)
+            dg = tl.sum(Mm * dM, 1) - tl.sum(Mm * dM, 0)
+            dS = (dM * decay).to(x.dtype)
+            dX = tl.dot(tl.trans(Mm.to(x.dtype)), dy, input_precision=DOT_PREC)
+            # dC = dS B + exp(g) dy H_in
+            dyH = tl.dot(dy, h_in.to(x.dtype), input_precision=DOT_PREC)
+            dg += eg * tl.sum(Ct.to(tl.float32) * dyH, 1)
+            dCt = tl.dot(dS, Bt, input_precision=DOT_PREC) + eg[:, None] * dyH
+            if hh > 0:
+                dCt += tl.load(dC_ptr + bc_off, mask=mask_qn, other=0.)
+            tl.store(dC_ptr + bc_off, dCt, mask=mask_qn)
+            # dB = dS^T C + exp(g_last - g) X dstate
+            dBt = tl.dot(tl.trans(dS), Ct, input_precision=DOT_PREC) + \
+                to_end[:, None] * tl.dot(xdt, dstate_lp, input_precision=DOT_PREC)
+            if hh > 0:
+                dBt += tl.load(dB_ptr + bc_off, mask=mask_qn, other=0.)
+            tl.store(dB_ptr + bc_off, dBt, mask=mask_qn)
+            # dX += exp(g_last - g) (B dstate^T)
+            GB = tl.dot(Bt, tl.trans(dstate_lp), input_precision=DOT_PREC)
+            dX += to_end[:, None] * GB
+            term = to_end * tl.sum(xdt.to(tl.float32) * GB, 1)
+            at_end = tl.sum(term, 0) + tl.exp(glast) * tl.sum(tl.sum(dstate * h_in, 1), 0)
+            dg += tl.where(offs_q == CHUNK - 1, at_end, 0.) - term
+            # g = cumsum(a): da_k = sum_{i >= k} dg_i
+            da = tl.sum(tl.where(offs_q[None, :] >= offs_q[:, None], dg[None, :], 0.), 1)
+            ddt = A * da + tl.sum(xf * dX, 1)
+            dA_acc += dt * da
+            dxv = dt[:, None] * dX
+            if HAS_D:
+                dxv += Dv[None, :] * dy.to(tl.float32)
+                dD_acc += tl.sum(xf * dy.to(tl.float32), 0)
+            tl.store(dx_base + pos[:, None] * s_gl + offs_p[None, :],
+                     dxv.to(dx_ptr.dtype.element_ty), mask=mask_qp)
+            if DT_SOFTPLUS:
+                ddt = ddt * tl.sigmoid(raw)
+            ddt = tl.where(valid, ddt, 0.)
+            dbias_acc += ddt
+            tl.store(ddt_ptr + (b * seqlen + pos) * nslots + slot, ddt, mask=valid)
+            # gradient of the state entering this chunk
+            dstate = dstate * tl.exp(glast) + tl.dot(
+                tl.trans((dy.to(tl.float32) * eg[:, None]).to(x.dtype)), Ct,
+                input_precision=DOT_PREC)
+        tl.store(dA_ptr + row, tl.sum(dA_acc, 0))
+        tl.store(dbias_ptr + row, tl.sum(dbias_acc, 0))
+        if HAS_D:
+            tl.store(dD_ptr + row * HEADDIM + offs_p, dD_acc, mask=mask_p)
+
+
+# --------------------------------------------------------------------------- #
+# Launchers
+# --------------------------------------------------------------------------- #
+def _block(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """Triton dot precision matching torch's matmul setting for fp32 operands."""
+    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return 'ieee'
+    return 'tf32'
+
+
+def default_chunk(seqlen: int) -> int:
+    """Tokens per kernel chunk: 32 (measured fastest on an H200 for seqlen 198 to
+    4098, both passes), 16 for sequences of at most 16 tokens."""
+    return 16 if seqlen <= 16 else 32
+
+
+
+
+class ScanArgs:
+    """The tensors and layout of one scan call (see the module docstring).
+
+    Args:
+        x (Tensor): viewed as (batch, seqlen, ndir, nheads, headdim).
+        B, C (Tensor): viewed as (batch, seqlen, ndir, ngroups, dstate).
+        dt (Tensor): (batch, seqlen, nheads) raw steps.
+        dt_bias, A (Tensor): (ndir * nheads,) float32.
+        D (Tensor, optional): (ndir * nheads, headdim) float32.
+        dt_softplus (bool): softplus the biased step.
+        chunk (int): tokens per kernel chunk (a power of two >= 16).
+    """
+
+    def __init__(self, x: Tensor, B: Tensor, C: Tensor, dt: Tensor, dt_bias: Tensor,
+                 A: Tensor, D, dt_softplus: bool, chunk: int):
+        for name, t in (('x', x), ('B', B), ('C', C)):
+            if t.dim() != 5 or t.stride(-1) != 1:
+                raise ValueError(f'ssd_triton: `{name}` must be a 5-d view with a '
+                                 f'dense last axis, got shape {tuple(t.shape)}')
+        self.batch, self.seqlen, self.ndir, self.nheads, self.headdim = x.shape
+        self.ngroups, self.dstate = B.shape[3], B.shape[4]
+        self.x, self.B, self.C, self.dt = x, B, C, dt
+        self.dt_bias, self.A, self.D = dt_bias, A, D
+        self.dt_softplus = dt_softplus
+        self.chunk = chunk
+        self.nslots = self.ndir * self.nheads
+        self.nchunks = triton.cdiv(self.seqlen, chunk)
+
+    def common(self):
+        x, B, C, dt = self.x, self.B, self.C, self.dt
+        return [self.seqlen, self.nheads, self.nheads // self.ngroups,
+                *[x.stride(i) for i in range(4)], *[B.stride(i) for i in range(4)],
+                *[C.stride(i) for i in range(4)], *[dt.stride(i) for i in range(3)]]
+
+    def constexprs(self):
+        return dict(HEADDIM=self.headdim, DSTATE=self.dstate, CHUNK=self.chunk,
+                    BLOCK_P=_block(self.headdim), BLOCK_N=_block(self.dstate),
+                    DT_SOFTPLUS=self.dt_softplus, HAS_D=self.D is not None,
+                    DOT_PREC=dot_precision(self.x.dtype))
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == 'cuda' else 8
+
+
+def default_segments(args: ScanArgs) -> int:
+    """Segments the forward scan splits each sequence into: only when the grid
+    would have fewer programs than multiprocessors (long sequences in tiny
+    batches); measured slower than one segment already at 192 programs on 132
+    multiprocessors (batch 4, 48 slots, 4098 tokens), so 1 otherwise."""
+    have = args.batch * args.nslots
+    sms = _sm_count(args.x.device)
+    if have >= sms:
+        return 1
+    return max(1, min(triton.cdiv(sms, have), args.nchunks // 4))
+
+
+def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 0,
+                 maxnreg=None) -> Tensor:
+    """Run the forward kernel, writing into ``y`` (a 5-d view like ``x``).
+
+    With ``segments > 1`` each sequence is cut into that many segments scanned in
+    parallel: a first pass computes every segment's final state from zero, a
+    short recurrence over segments gives each segment's initial state, and a
+    second pass computes the outputs. 0 picks :func:`default_segments`.
+    ``maxnreg`` caps the registers per thread (None: the compiler's choice; a cap
+    of 128 measured 8% faster at batch 128 x 198 tokens on an H200 but gave wrong
+    results with 64-wide heads and states in the tests, so it is not used).
+    """
+    segments = segments or default_segments(args)
+    seg_chunks = triton.cdiv(args.nchunks, segments)
+    segments = triton.cdiv(args.nchunks, seg_chunks)
+    const = args.constexprs()
+    grid = (args.nslots, args.batch, segments)
+    D = args.D if args.D is not None else args.A
+    common = (args.seqlen, args.nheads, args.nheads // args.ngroups, args.nslots,
+              seg_chunks, *args.common()[3:], *[y.stride(i) for i in range(4)])
+    init = final = total = args.A  # unused pointers when segments == 1
+    if segments > 1:
+        kw = dict(device=y.device, dtype=torch.float32)
+        final = torch.empty(args.batch, args.nslots, segments, const['BLOCK_P'],
+                            const['BLOCK_N'], **kw)
+        total = torch.empty(args.batch, args.nslots, segments, **kw)
+        _ssd_fwd_kernel[grid](
+            args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, y, init, final,
+            total, *common, num_warps=num_warps, maxnreg=maxnreg, HAS_INIT=False,
+            STATE_ONLY=True, **const)
+        # initial state of segment s: exp(total_{s-1}) init_{s-1} + final_{s-1}
+        init = torch.zeros_like(final)
+        decay = torch.exp(total)[..., None, None]
+        for s in range(1, segments):
+            init[:, :, s] = decay[:, :, s - 1] * init[:, :, s - 1] + final[:, :, s - 1]
+    _ssd_fwd_kernel[grid](
+        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, y, init, final, total,
+        *common, num_warps=num_warps, maxnreg=maxnreg, HAS_INIT=segments > 1,
+        STATE_ONLY=False, **const)
+    return y
+
+
+def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
+                  heads_per_program: int = 1, maxnreg=None):
+    """Run the backward kernel.
+
+    Args:
+        args (ScanArgs): the forward call.
+        dy (Tensor): gradient of y, a 5-d view like ``x``.
+        dx (Tensor): written with the gradient of x (5-d view like ``x``).
+        num_warps (int): warps per program.
+        heads_per_program (int): slots per program. More means fewer dB/dC
+            partials to sum but fewer programs; 1 was fastest on an H200 at
+            batch 128 x 198 tokens and batch 16 x 1026 tokens.
+        maxnreg (int, optional): register cap per thread.
+
+    Returns:
+        tuple: float32 gradients ``dB``, ``dC`` (batch, seqlen, partials, dstate),
+        partial sums over heads to be summed by :func:`sum_heads`; ``ddt``
+        (batch, seqlen, slots) of the raw step; ``dA`` and ``ddt_bias`` (batch,
+        slots) and ``dD`` (batch, slots, headdim) or None.
+    """
+    hpp = heads_per_program
+    if (args.nheads // args.ngroups) % hpp:
+        raise ValueError(f'scan_backward: heads_per_program {hpp} must divide the '
+                         f'heads per group ({args.nheads // args.ngroups})')
+    kw = dict(device=args.x.device, dtype=torch.float32)
+    batch, seqlen, nslots = args.batch, args.seqlen, args.nslots
+    nparts = nslots // hpp
+    const = args.constexprs()
+    scratch = torch.empty(batch * nparts * args.nchunks * const['BLOCK_P'] *
+                          const['BLOCK_N'], device=args.x.device, dtype=args.x.dtype)
+    dB = torch.empty(batch, seqlen, nparts, args.dstate, **kw)
+    dC = torch.empty_like(dB)
+    ddt = torch.empty(batch, seqlen, nslots, **kw)
+    dA = torch.empty(batch, nslots, **kw)
+    dbias = torch.empty_like(dA)
+    dD = torch.empty(batch, nslots, args.headdim, **kw) if args.D is not None else None
+    D = args.D if args.D is not None else args.A
+    _ssd_bwd_kernel[(nparts, batch)](
+        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, dy, scratch,
+        dx, dB, dC, ddt, dA, dbias, dD if dD is not None else dA,
+        seqlen, args.nheads, args.nheads // args.ngroups, nslots, args.nchunks,
+        *args.common()[3:], *[dy.stride(i) for i in range(4)],
+        *[dx.stride(i) for i in range(4)], num_warps=num_warps, maxnreg=maxnreg,
+        HEADS_PER_PROGRAM=hpp, **const)
+    return dB, dC, ddt, dA, dbias, dD
+
+
+def sum_heads(partials: Tensor, ndir: int, ngroups: int) -> Tensor:
+    """(batch, seqlen, partials, dstate) -> (batch, seqlen, ndir, ngroups, dstate)."""
+    batch, seqlen, nparts, dstate = partials.shape
+    return partials.view(batch, seqlen, ndir, ngroups, nparts // (ndir * ngroups),
+                         dstate).sum(4)
+
+
+# --------------------------------------------------------------------------- #
+# The op-level backend: same signature as mmdinomamba.ops.ssd (one direction)
+# --------------------------------------------------------------------------- #
+class _SSDScan(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, dt_bias, dt_softplus, chunk):
+        batch, seqlen, nheads, headdim = x.shape
+        ngroups = B.shape[2]
+        x5 = x.contiguous().view(batch, seqlen, 1, nheads, headdim)
+        B5 = B.to(x.dtype).contiguous().view(batch, seqlen, 1, ngroups, -1)
+        C5 = C.to(x.dtype).contiguous().view(batch, seqlen, 1, ngroups, -1)
+        A32 = A.float().contiguous()
+        bias32 = (dt_bias.float().contiguous() if dt_bias is not None else
+                  torch.zeros(nheads, device=x.device))
+        D32 = None
+        if D is not None:
+            D32 = (D.float() if D.dim() == 2 else D.float()[:, None].expand(
+                nheads, headdim)).contiguous()
+        args = ScanArgs(x5, B5, C5, dt, bias32, A32, D32, dt_softplus, chunk)
+        y = torch.empty_like(x5)
+        scan_forward(args, y)
+        ctx.save_for_backward(x5, B5, C5, dt, bias32, A32, D32)
+        ctx.meta = (dt_softplus, chunk, D is not None and D.dim() == 1,
+                    B.dtype, dt_bias is not None, A.dtype, D.dtype if D is not None
+                    else None, dt.dtype)
+        return y.view(batch, seqlen, nheads, headdim)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x5, B5, C5, dt, bias32, A32, D32 = ctx.saved_tensors
+        (dt_softplus, chunk, D_per_head, B_dtype, has_bias, A_dtype, D_dtype,
+         dt_dtype) = ctx.meta
+        args = ScanArgs(x5, B5, C5, dt, bias32, A32, D32, dt_softplus, chunk)
+        dy5 = dy.contiguous().view(x5.shape)
+        dx = torch.empty_like(x5)
+        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy5, dx)
+        ngroups = B5.shape[3]
+        dB = sum_heads(dB, 1, ngroups)[:, :, 0].to(B_dtype)
+        dC = sum_heads(dC, 1, ngroups)[:, :, 0].to(B_dtype)
+        dD_out = None
+        if dD is not None:
+            dD = dD.sum(0)
+            dD_out = (dD.sum(-1) if D_per_head else dD).to(D_dtype)
+        return (dx.view(dy.shape), ddt.to(dt_dtype), dA.sum(0).to(A_dtype), dB, dC,
+                dD_out, dbias.sum(0) if has_bias else None, None, None)
+
+
+def ssd_triton(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+               D=None, z=None, dt_bias=None, dt_softplus: bool = False,
+               chunk: int = 0) -> Tensor:
+    """Causal SSD scan with the Triton kernels (autograd supported).
+
+    Args:
+        x (Tensor): (batch, seqlen, nheads, headdim), float16/bfloat16/float32, CUDA.
+        dt (Tensor): (batch, seqlen, nheads).
+        A (Tensor): (nheads,).
+        B, C (Tensor): (batch, seqlen, ngroups, dstate).
+        D (Tensor, optional): (nheads,) or (nheads, headdim).
+        z (Tensor, optional): (batch, seqlen, nheads, headdim); output * silu(z).
+        dt_bias (Tensor, optional): (nheads,).
+        dt_softplus (bool): ``dt = softplus(dt + dt_bias)``.
+        chunk (int): tokens per kernel chunk; 0 picks :func:`default_chunk`.
+
+    Returns:
+        Tensor: (batch, seqlen, nheads, headdim) in x's dtype.
+    """
+    y = _SSDScan.apply(x, dt, A, B, C, D, dt_bias, dt_softplus,
+                       chunk or default_chunk(x.shape[1]))
+    if z is not None:
+        y = (y.float() * torch.nn.functional.silu(z.float())).to(x.dtype)
+    return y

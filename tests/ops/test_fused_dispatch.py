@@ -1,0 +1,45 @@
+"""Dispatch between the PyTorch reference and the Triton kernels (CPU side)."""
+import pytest
+import torch
+
+from mmdinomamba.ops import (add_rms_norm, resolve_backend, rms_norm, ssd,
+                             use_triton)
+
+
+def test_cpu_takes_reference_paths():
+    assert not use_triton(torch.zeros(2))
+    assert resolve_backend('auto', torch.device('cpu')) == 'chunked'
+    with pytest.raises(ValueError, match='triton'):
+        resolve_backend('triton', torch.device('cpu'))
+
+
+def test_triton_backend_refuses_states():
+    with pytest.raises(ValueError, match='initial_states'):
+        resolve_backend('triton', torch.device('cuda'), needs_states=True)
+
+
+@pytest.mark.parametrize('with_residual', [False, True])
+def test_add_rms_norm_reference_path(with_residual):
+    """The CPU path is the plain definition: stream = h + residual (fp32), then RMSNorm."""
+    torch.manual_seed(0)
+    h = torch.randn(2, 5, 8).bfloat16()
+    res = torch.randn(2, 5, 8, dtype=torch.float32) if with_residual else None
+    w = torch.randn(8)
+    stream, normed = add_rms_norm(h, res, w, 1e-5)
+    expected = h.float() + res if with_residual else h.float()
+    assert stream.dtype == torch.float32
+    torch.testing.assert_close(stream, expected)
+    # independent definition of RMSNorm, in float64
+    e64 = expected.double()
+    ref = e64 / torch.sqrt(e64.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    torch.testing.assert_close(normed.double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(normed, rms_norm(expected, w, 1e-5))
+
+
+def test_ssd_rejects_nonfinite_dt_on_cpu():
+    x = torch.randn(1, 4, 2, 4)
+    dt = torch.rand(1, 4, 2)
+    dt[0, 1, 0] = float('nan')
+    B = torch.randn(1, 4, 1, 4)
+    with pytest.raises(ValueError, match='NaN or Inf'):
+        ssd(x, dt, -torch.ones(2), B, B.clone())

@@ -1,0 +1,263 @@
+"""The fused Triton paths against the PyTorch reference, on a CUDA device.
+
+Tolerances (relative L2 error, ``|a - b| / |b|``):
+
+* float32 inputs with TF32 off: the kernels' dots run in IEEE fp32, so the error
+  is fp32 rounding over a few hundred terms, far below 1e-4;
+* bfloat16 inputs / bf16 autocast: the kernels round their dot operands
+  (``x * dt``, the masked ``C B^T`` and the carried state) to bf16, each a
+  relative error of at most 2^-9 ~ 2e-3 that adds up over a handful of roundings
+  per term; 2e-2 leaves a margin of a few while still catching any wrong term
+  (a missing or doubled contribution is an O(1) error).
+"""
+import os
+import os.path as osp
+
+import pytest
+import torch
+
+from mmdinomamba.models.backbones import DinoVim
+from mmdinomamba.models.mixers import SSDMixer
+from mmdinomamba.ops import add_rms_norm, rms_norm, ssd_chunked, triton_available
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and triton_available()),
+                                reason='needs a CUDA device and Triton')
+
+FP32_TOL = 1e-4
+BF16_TOL = 2e-2
+FIXTURES = os.environ.get('MMDINOMAMBA_FIXTURES', osp.join(
+    osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures'))
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _scan_inputs(batch, seqlen, nheads, headdim, ngroups, dstate, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g)
+
+    return dict(x=randn(batch, seqlen, nheads, headdim).to(dtype),
+                dt=(randn(batch, seqlen, nheads) * 0.5 - 1.0).to(dtype),
+                A=-(torch.rand(nheads, generator=g) * 15 + 1),
+                B=randn(batch, seqlen, ngroups, dstate).to(dtype),
+                C=randn(batch, seqlen, ngroups, dstate).to(dtype),
+                D=randn(nheads), dt_bias=randn(nheads) - 3)
+
+
+@pytest.mark.parametrize('dtype,tol', [(torch.float32, FP32_TOL),
+                                       (torch.bfloat16, BF16_TOL)])
+@pytest.mark.parametrize('shape', [
+    # batch, seqlen, nheads, headdim, ngroups, dstate
+    (2, 198, 4, 64, 1, 64),   # a DinoVim-B head at 224 px
+    (1, 1026, 2, 64, 1, 64),  # 512 px: many chunks
+    (3, 37, 6, 48, 2, 16),    # odd sizes: padded tiles, groups, one chunk
+])
+def test_ssd_triton_matches_reference(shape, dtype, tol):
+    from mmdinomamba.ops.triton import ssd_triton
+    inputs = _scan_inputs(*shape, dtype=dtype, seed=sum(shape))
+    grads_of = ('x', 'dt', 'A', 'B', 'C', 'D', 'dt_bias')
+    ref_in = {k: v.double().requires_grad_(k in grads_of) for k, v in inputs.items()}
+    y_ref = ssd_chunked(**ref_in, dt_softplus=True, chunk_size=64)
+    dy = torch.randn_like(y_ref)
+    g_ref = torch.autograd.grad(y_ref, [ref_in[k] for k in grads_of], dy)
+
+    cu_in = {k: v.cuda().requires_grad_(k in grads_of) for k, v in inputs.items()}
+    y = ssd_triton(**cu_in, dt_softplus=True)
+    g = torch.autograd.grad(y, [cu_in[k] for k in grads_of], dy.cuda().to(dtype))
+    assert torch.isfinite(y).all()
+    errors = {'y': rel(y.cpu(), y_ref)}
+    errors.update({f'd{k}': rel(a.cpu(), b) for k, a, b in zip(grads_of, g, g_ref)})
+    assert max(errors.values()) < tol, errors
+
+
+@pytest.mark.parametrize('chunk', [16, 32, 64, 128])
+def test_ssd_triton_chunk_size_does_not_change_result(chunk):
+    """Every tile size computes the same function (fp32, so differences are rounding)."""
+    from mmdinomamba.ops.triton import ssd_triton
+    inputs = {k: v.cuda() for k, v in
+              _scan_inputs(2, 150, 3, 32, 1, 32, torch.float32, seed=chunk).items()}
+    y_ref = ssd_chunked(**inputs, dt_softplus=True)
+    assert rel(ssd_triton(**inputs, dt_softplus=True, chunk=chunk), y_ref) < FP32_TOL
+
+
+def _perturbed_mixer(seed, **kwargs):
+    torch.manual_seed(seed)
+    mixer = SSDMixer(**kwargs)
+    with torch.no_grad():  # move norms and D away from 1 so swaps would show
+        for name, p in mixer.named_parameters():
+            if 'norm' in name or name.startswith('D'):
+                p.add_(torch.randn_like(p) * 0.3)
+    return mixer
+
+
+def _grads(module, u, out, dy):
+    params = [u] + list(module.parameters())
+    return torch.autograd.grad(out, params, dy)
+
+
+@pytest.mark.parametrize('amp', [False, True])
+@pytest.mark.parametrize('cfg', [
+    dict(dim=128, d_state=64, headdim=64, bidirectional=True, seqlen=198),
+    dict(dim=64, d_state=16, headdim=16, ngroups=2, bidirectional=True, seqlen=70),
+    dict(dim=64, d_state=32, headdim=32, bidirectional=False, seqlen=45),
+])
+def test_fused_mixer_matches_reference_path(cfg, amp):
+    cfg = dict(cfg)
+    seqlen = cfg.pop('seqlen')
+    mixer = _perturbed_mixer(seqlen, **cfg).cuda()
+    u = torch.randn(2, seqlen, cfg['dim'], device='cuda', requires_grad=True)
+    assert mixer.uses_fused_path(mixer.in_proj(u))
+    with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
+        y = mixer(u)
+    dy = torch.randn_like(y)
+    g = _grads(mixer, u, y, dy)
+
+    ref = _perturbed_mixer(seqlen, **cfg, ssd_backend='chunked').double()
+    ref.load_state_dict(mixer.state_dict())
+    u_ref = u.detach().cpu().double().requires_grad_()
+    y_ref = ref(u_ref)
+    g_ref = _grads(ref, u_ref, y_ref, dy.cpu().double())
+    tol = BF16_TOL if amp else FP32_TOL
+    names = ['u'] + [n for n, _ in ref.named_parameters()]
+    errors = {'y': rel(y.float().cpu(), y_ref)}
+    errors.update({f'd{n}': rel(a.float().cpu(), b) for n, a, b in zip(names, g, g_ref)})
+    assert max(errors.values()) < tol, errors
+
+
+@pytest.mark.parametrize('with_residual', [False, True])
+@pytest.mark.parametrize('amp', [False, True])
+def test_add_rms_norm_matches_reference(with_residual, amp):
+    torch.manual_seed(0)
+    h = torch.randn(4, 50, 96, device='cuda', requires_grad=True)
+    res = torch.randn(4, 50, 96, device='cuda', requires_grad=True) \
+        if with_residual else None
+    w = (1 + 0.3 * torch.randn(96, device='cuda')).requires_grad_()
+    with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
+        r, n = add_rms_norm(h, res, w, 1e-5)
+    assert n.dtype == (torch.bfloat16 if amp else torch.float32)
+    dr, dn = torch.randn_like(r), torch.randn_like(n.float())
+    leaves = [h, w] + ([res] if with_residual else [])
+    g = torch.autograd.grad([r, n], leaves, [dr, dn.to(n.dtype)])
+
+    hd, wd = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    resd = res.detach().double().requires_grad_() if with_residual else None
+    r_ref = hd + resd if with_residual else hd
+    n_ref = rms_norm(r_ref, wd, 1e-5)
+    leaves_ref = [hd, wd] + ([resd] if with_residual else [])
+    g_ref = torch.autograd.grad([r_ref, n_ref], leaves_ref, [dr.double(), dn.double()])
+    tol = BF16_TOL if amp else FP32_TOL
+    assert rel(r, r_ref) < FP32_TOL  # the stream is always float32
+    assert rel(n.float(), n_ref) < tol
+    for a, b in zip(g, g_ref):
+        assert rel(a, b) < tol
+
+
+def test_dinovim_fused_matches_cpu_reference():
+    """A small DinoVim, forward and all parameter gradients, CUDA fused vs CPU float64."""
+    torch.manual_seed(0)
+    kwargs = dict(arch=dict(embed_dims=128, num_layers=3), img_size=64,
+                  drop_path_rate=0.0, out_type='featmap')
+    model = DinoVim(**kwargs).cuda()
+    ref = DinoVim(**kwargs, mixer_cfg=dict(ssd_backend='chunked')).double()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    out = model(x.cuda())[0]
+    out_ref = ref(x.double())[0]
+    dy = torch.randn_like(out_ref)
+    g = torch.autograd.grad(out, list(model.parameters()), dy.cuda().float())
+    g_ref = torch.autograd.grad(out_ref, list(ref.parameters()), dy)
+    assert rel(out.cpu(), out_ref) < FP32_TOL
+    errors = {n: rel(a.cpu(), b)
+              for (n, _), a, b in zip(ref.named_parameters(), g, g_ref)}
+    assert max(errors.values()) < FP32_TOL, errors
+
+
+@pytest.mark.parametrize('name,registers', [('official_vim_d256_depth4.pt', 0),
+                                            ('official_mambar_d256_depth4.pt', 12)])
+def test_dinovim_fused_reproduces_official_fixtures(name, registers):
+    """The released models' outputs (fixtures README: 1e-3 is a safe tolerance)."""
+    path = osp.join(FIXTURES, name)
+    if not osp.exists(path):
+        pytest.skip(f'fixture {path} not present (set MMDINOMAMBA_FIXTURES)')
+    data = torch.load(path)
+    model = DinoVim(arch=dict(embed_dims=256, num_layers=4), num_registers=registers,
+                    drop_path_rate=0.0).cuda().eval()
+    model.load_state_dict({k: v for k, v in data['state_dict'].items()
+                           if not k.startswith('head.')})
+    for case in data['cases']:
+        x = case['input'].cuda()
+        with torch.no_grad():
+            out = model(x)[0]
+            inter = model.get_intermediate_layers(x, 2)
+        assert rel(out.cpu(), case['output']) < 1e-3
+        for a, b in zip(inter, case['last2_intermediate']):
+            assert rel(a.cpu(), b) < 1e-3
+
+
+def test_scan_work_splits_do_not_change_result():
+    """Forward segments and heads per backward program only split the work: the
+    results equal the unsplit kernels' (checked above against the reference) up to
+    fp32 rounding."""
+    from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
+    torch.manual_seed(0)
+    batch, seqlen, nheads = 2, 700, 8
+    xbc = torch.randn(batch, seqlen, 2, nheads * 32 + 2 * 32, device='cuda')
+    raw = torch.randn(batch, seqlen, nheads, device='cuda') - 1
+    di = nheads * 32
+    args = ScanArgs(xbc[..., :di].view(batch, seqlen, 2, nheads, 32),
+                    xbc[..., di:di + 32].view(batch, seqlen, 2, 1, 32),
+                    xbc[..., di + 32:].view(batch, seqlen, 2, 1, 32), raw,
+                    torch.randn(2 * nheads, device='cuda'),
+                    -torch.rand(2 * nheads, device='cuda') * 8,
+                    torch.randn(2 * nheads, 32, device='cuda'), True, 32)
+    shape = (batch, seqlen, 2, nheads, 32)
+    y1 = scan_forward(args, torch.empty(shape, device='cuda'), segments=1)
+    for segments in (2, 7):
+        y = scan_forward(args, torch.empty(shape, device='cuda'), segments=segments)
+        assert rel(y, y1) < 1e-5
+    dy = torch.randn(shape, device='cuda')
+    outs = {}
+    for hpp in (1, 2, 8):
+        dx = torch.empty(shape, device='cuda')
+        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy, dx, heads_per_program=hpp)
+        outs[hpp] = [dx, dB.view(batch, seqlen, 2, -1, 32).sum(3),
+                     dC.view(batch, seqlen, 2, -1, 32).sum(3), ddt, dA, dbias, dD]
+    for hpp in (2, 8):
+        for a, b in zip(outs[hpp], outs[1]):
+            assert rel(a, b) < 1e-5
+
+
+def test_fused_dinovim_replays_from_a_cuda_graph():
+    """The fused path never reads the device from the host, so a whole forward can
+    be captured in a CUDA graph; a replay on new input equals the eager forward."""
+    torch.manual_seed(0)
+    model = DinoVim(arch=dict(embed_dims=128, num_layers=2), img_size=64,
+                    drop_path_rate=0.0).cuda().eval()
+    static_x = torch.randn(2, 3, 64, 64, device='cuda')
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(stream):
+        model(static_x)  # compile the kernels outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = model(static_x)[0]
+    x = torch.randn(2, 3, 64, 64, device='cuda')
+    static_x.copy_(x)
+    graph.replay()
+    with torch.no_grad():
+        eager = model(x)[0]
+    assert rel(static_out, eager) < FP32_TOL
