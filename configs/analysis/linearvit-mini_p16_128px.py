@@ -1,0 +1,10 @@
+# A miniature LinearViT for the mixing-matrix rank tool: 4 blocks, width 64,
+# 4 heads of D_QK = 16 channels.
+custom_imports = dict(imports=['mmdinomamba'], allow_failed_imports=False)
+
+model = dict(
+    type='LinearViT',
+    arch=dict(embed_dims=64, num_layers=4, num_heads=4, mlp_ratio=2),
+    img_size=128,
+    patch_size=16,
+    drop_path_rate=0.0)
