@@ -1,0 +1,3 @@
+from .layer_decay_optim_wrapper_constructor import LayerDecayOptimWrapperConstructor
+
+__all__ = ['LayerDecayOptimWrapperConstructor']

@@ -1,0 +1,337 @@
+"""Every UperNet and Cascade Mask R-CNN config trains and evaluates on toy data.
+
+For each config under ``configs/upernet/`` and ``configs/cascade_mask_rcnn/``
+(``_base_/`` excluded: those are shared recipes with a placeholder backbone):
+``Config.fromfile``, then the overrides a user would pass with ``--cfg-options``
+(a tiny backbone of the same class, toy data, small images and sample counts),
+then mmengine's ``Runner`` runs 2 training iterations and one evaluation with
+mmseg's ``IoUMetric`` (mIoU) or mmdet's ``CocoMetric`` (bbox and segm mAP).
+The recipe itself (neck, heads, optimizer constructor, schedules, pipelines'
+transform types, test mode) is the config's own.
+
+The toy images are 64 px; evaluation resizes them to sizes that are not multiples
+of 16 (88 px for segmentation, cut into 72 px sliding windows; 72 px for
+detection, padded to 96 by mmdet's preprocessor), so odd grids are exercised.
+"""
+import copy
+import functools
+import glob
+import importlib
+import math
+import os.path as osp
+
+import mmengine.config.utils
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+from mmdinomamba.datasets import make_toy_dataset, toy_class_names
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+SEG_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'upernet', '*.py')))
+DET_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'cascade_mask_rcnn', '*.py')))
+NUM_CLASSES = 2
+WIDTH = 32
+DEPTH = 4
+
+
+def config_id(path):
+    return osp.splitext(osp.basename(path))[0]
+
+
+@pytest.fixture(scope='module', autouse=True)
+def parse_upstream_metafiles_once():
+    """Resolving a ``mmseg::``/``mmdet::`` base makes mmengine parse every model-zoo
+    metafile of the package (about 0.5 s) before it falls back to the ``.mim``
+    path; memoise those read-only YAML loads for the 18 configs here."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mmengine.config.utils, 'load',
+                      functools.lru_cache(maxsize=None)(mmengine.config.utils.load))
+        yield
+
+
+@pytest.fixture(scope='module', autouse=True)
+def one_thread():
+    """The models here are tiny: intra-op threads cost more than they save (2-3x
+    the CPU time on the shared 2-core machines, measured), so use one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> Config:
+    # The Runner logs and dumps the whole config several times; formatting it
+    # with yapf costs seconds per run and nothing here reads it.
+    return Config.fromfile(path, format_python_code=False)
+
+
+def load(path: str) -> Config:
+    """A fresh copy of the config, parsed once (finding upstream bases is slow)."""
+    return copy.deepcopy(_load(path))
+
+
+@pytest.fixture(scope='module')
+def toy_root(tmp_path_factory):
+    """2 classes, 2 train + 1 val image each, 64 px, ADE20K and COCO layouts."""
+    root = str(tmp_path_factory.mktemp('dense') / 'toy')
+    return make_toy_dataset(root, num_classes=NUM_CLASSES, train_per_class=2,
+                            val_per_class=1, size=64, formats=('ade', 'coco'))
+
+
+def tiny_backbone_options(backbone: dict) -> dict:
+    """A 4-block, 32-wide backbone of the config's own class, without weights."""
+    arch = dict(_delete_=True, embed_dims=WIDTH, num_layers=DEPTH)
+    extra = {}
+    if backbone['type'] == 'DinoVim':
+        # one chunk holds a whole toy sequence (at most 4 x 5 patches + 12 registers)
+        extra['model.backbone.mixer_cfg'] = dict(d_state=16, headdim=16, chunk_size=32)
+    elif backbone['type'] == 'LinearViT':
+        arch.update(num_heads=2, mlp_ratio=2)
+    elif backbone['type'] == 'mmpretrain.VisionTransformer':
+        arch.update(num_heads=2, feedforward_channels=2 * WIDTH)
+    else:
+        raise ValueError(f'no tiny variant for backbone {backbone["type"]!r}')
+    return {'model.backbone.arch': arch,
+            'model.backbone.out_indices': list(range(DEPTH)),
+            'model.backbone.init_cfg': None, **extra}
+
+
+def shrink(scale, short: int):
+    """Scale a (long, short) size, or a list of them, by one factor that makes
+    the largest short side ``short``."""
+    sizes = [scale] if isinstance(scale[0], (int, float)) else list(scale)
+    factor = short / max(min(size) for size in sizes)
+    sizes = [tuple(round(v * factor) for v in size) for size in sizes]
+    return sizes[0] if isinstance(scale[0], (int, float)) else sizes
+
+
+def resize_options(pipeline_key: str, pipeline: list, short: int) -> dict:
+    """Shrink the ``scale`` of every Resize/RandomResize in a pipeline."""
+    return {f'{pipeline_key}.{i}.scale': shrink(t['scale'], short)
+            for i, t in enumerate(pipeline) if t['type'] in ('Resize', 'RandomResize')}
+
+
+def loader_options(key: str) -> dict:
+    return {f'{key}.num_workers': 0, f'{key}.persistent_workers': False}
+
+
+def seg_options(cfg: Config, toy_root: str) -> dict:
+    data_root = osp.join(toy_root, 'ade')
+    opts = {
+        **tiny_backbone_options(cfg.model.backbone),
+        'model.neck.embed_dim': WIDTH,
+        'model.decode_head.in_channels': [WIDTH] * 4,
+        'model.decode_head.channels': WIDTH,
+        'model.auxiliary_head.in_channels': WIDTH,
+        'model.auxiliary_head.channels': WIDTH // 2,
+        'model.data_preprocessor.size': (64, 64),
+        'model.test_cfg.crop_size': (72, 72),
+        'model.test_cfg.stride': (48, 48),
+        'train_dataloader.batch_size': 2,
+        'train_dataloader.dataset.data_root': data_root,
+        'val_dataloader.dataset.data_root': data_root,
+        'train_cfg.max_iters': 2,
+        'train_cfg.val_interval': 2,
+        **loader_options('train_dataloader'), **loader_options('val_dataloader'),
+    }
+    train_pipeline = cfg.train_dataloader.dataset.pipeline
+    opts.update(resize_options('train_dataloader.dataset.pipeline', train_pipeline, 64))
+    for i, t in enumerate(train_pipeline):
+        if t['type'] == 'RandomCrop':
+            opts[f'train_dataloader.dataset.pipeline.{i}.crop_size'] = (64, 64)
+    opts.update(resize_options('val_dataloader.dataset.pipeline',
+                               cfg.val_dataloader.dataset.pipeline, 88))
+    return opts
+
+
+def det_options(cfg: Config, toy_root: str) -> dict:
+    data_root = osp.join(toy_root, 'coco') + '/'
+    metainfo = dict(classes=tuple(toy_class_names(NUM_CLASSES)))
+    opts = {
+        **tiny_backbone_options(cfg.model.backbone),
+        'model.neck.0.embed_dim': WIDTH,
+        'model.neck.1.in_channels': [WIDTH] * 4,
+        'model.neck.1.out_channels': WIDTH,
+        'model.rpn_head.in_channels': WIDTH,
+        'model.rpn_head.feat_channels': WIDTH,
+        'model.roi_head.bbox_roi_extractor.out_channels': WIDTH,
+        'model.roi_head.mask_roi_extractor.out_channels': WIDTH,
+        'model.roi_head.mask_head.in_channels': WIDTH,
+        'model.roi_head.mask_head.conv_out_channels': WIDTH,
+        'model.roi_head.mask_head.num_classes': NUM_CLASSES,
+        'model.train_cfg.rpn.sampler.num': 32,
+        'model.train_cfg.rpn_proposal.nms_pre': 200,
+        'model.train_cfg.rpn_proposal.max_per_img': 100,
+        'model.test_cfg.rpn.nms_pre': 200,
+        'model.test_cfg.rpn.max_per_img': 50,
+        # an untrained 2-class head scores about 1/3: keep every box so the
+        # metrics have detections to match
+        'model.test_cfg.rcnn.score_thr': 0.0,
+        'model.test_cfg.rcnn.max_per_img': 20,
+        'train_dataloader.batch_size': 2,
+        'train_dataloader.dataset.data_root': data_root,
+        'train_dataloader.dataset.ann_file': 'annotations/instances_train.json',
+        'train_dataloader.dataset.data_prefix.img': 'train/',
+        'train_dataloader.dataset.metainfo': metainfo,
+        'val_dataloader.dataset.data_root': data_root,
+        'val_dataloader.dataset.ann_file': 'annotations/instances_val.json',
+        'val_dataloader.dataset.data_prefix.img': 'val/',
+        'val_dataloader.dataset.metainfo': metainfo,
+        'val_evaluator.ann_file': data_root + 'annotations/instances_val.json',
+        'train_cfg.max_epochs': 1,  # 4 images, batch 2: 2 iterations
+        'train_cfg.val_interval': 1,
+        **loader_options('train_dataloader'), **loader_options('val_dataloader'),
+    }
+    for stage in range(len(cfg.model.roi_head.bbox_head)):
+        opts[f'model.roi_head.bbox_head.{stage}.num_classes'] = NUM_CLASSES
+        opts[f'model.roi_head.bbox_head.{stage}.in_channels'] = WIDTH
+        opts[f'model.roi_head.bbox_head.{stage}.fc_out_channels'] = 2 * WIDTH
+        opts[f'model.train_cfg.rcnn.{stage}.sampler.num'] = 32
+    opts.update(resize_options('train_dataloader.dataset.pipeline',
+                               cfg.train_dataloader.dataset.pipeline, 64))
+    opts.update(resize_options('val_dataloader.dataset.pipeline',
+                               cfg.val_dataloader.dataset.pipeline, 72))
+    return opts
+
+
+def run(cfg: Config, work_dir: str) -> Runner:
+    """Build the Runner from ``cfg`` and train (with its evaluation)."""
+    cfg.merge_from_dict({'default_hooks.checkpoint': None,
+                         'default_hooks.logger.interval': 1})
+    cfg.work_dir = work_dir
+    cfg.launcher = 'none'
+    cfg.randomness = dict(seed=0)
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
+
+
+def scalar(runner: Runner, key: str) -> float:
+    hub = runner.message_hub
+    assert key in hub.log_scalars, f'{key} not logged; have {sorted(hub.log_scalars)}'
+    return hub.get_scalar(key).current()
+
+
+def assert_trained(runner: Runner, iterations: int):
+    assert runner.iter == iterations
+    losses = runner.message_hub.get_scalar('train/loss').data[0]
+    assert len(losses) == iterations and all(math.isfinite(v) for v in losses)
+
+
+def test_configs_load_and_follow_the_recipe():
+    assert len(SEG_CONFIGS) == 6 and len(DET_CONFIGS) == 12  # 6 backbones
+    for path in SEG_CONFIGS + DET_CONFIGS:
+        cfg = load(path)
+        assert cfg.model.backbone.init_cfg.type == 'Pretrained'
+        assert not osp.isabs(cfg.model.backbone.init_cfg.checkpoint)
+        assert cfg.optim_wrapper.constructor == 'LayerDecayOptimWrapperConstructor'
+        for loader in (cfg.train_dataloader, cfg.val_dataloader):
+            assert not osp.isabs(loader.dataset.data_root)
+
+
+@pytest.mark.parametrize('path', SEG_CONFIGS, ids=config_id)
+def test_upernet_config_trains_and_evaluates(path, toy_root, tmp_path):
+    cfg = load(path)
+    cfg.merge_from_dict(seg_options(cfg, toy_root))
+    runner = run(cfg, str(tmp_path))
+    assert_trained(runner, 2)
+    miou = scalar(runner, 'val/mIoU')
+    assert 0.0 <= miou <= 100.0
+    assert type(runner.val_evaluator.metrics[0]).__name__ == 'IoUMetric'
+
+
+@pytest.mark.parametrize('path', DET_CONFIGS, ids=config_id)
+def test_cascade_config_trains_and_evaluates(path, toy_root, tmp_path):
+    cfg = load(path)
+    cfg.merge_from_dict(det_options(cfg, toy_root))
+    runner = run(cfg, str(tmp_path))
+    assert_trained(runner, 2)
+    for key in ('val/coco/bbox_mAP', 'val/coco/segm_mAP'):
+        assert 0.0 <= scalar(runner, key) <= 1.0
+    assert type(runner.val_evaluator.metrics[0]).__name__ == 'CocoMetric'
+    groups = runner.optim_wrapper.optimizer.param_groups
+    assert len({g['lr'] for g in groups}) == DEPTH + 2  # layer decay is in use
+    assert torch.isfinite(
+        torch.cat([p.detach().flatten() for g in groups for p in g['params']])).all()
+
+
+def build_model(path: str, options: dict):
+    """The config's model with ``options`` merged, built in the config's scope."""
+    cfg = load(path)
+    cfg.merge_from_dict(options)
+    registry = importlib.import_module(f'{cfg.default_scope}.registry').MODELS
+    with registry.switch_scope_and_registry(cfg.default_scope) as models:
+        return models.build(cfg.model)
+
+
+def upernet_path(backbone: str) -> str:
+    return osp.join(ROOT, 'configs', 'upernet',
+                    f'upernet_{backbone}-p16_8xb2-160k_ade20k-512x512.py')
+
+
+def test_upernet_whole_image_of_odd_size(toy_root):
+    """100 x 150 px is not a multiple of 16: the backbone floors it to 6 x 9
+    patches (54 >= 13, enough for 12 registers) and the logits come back at the
+    input size."""
+    from mmseg.structures import SegDataSample
+    path = upernet_path('dinomamba-reg-base')
+    options = {**seg_options(load(path), toy_root), 'model.test_cfg.mode': 'whole'}
+    model = build_model(path, options).eval()
+    image = torch.randint(0, 256, (3, 100, 150), dtype=torch.uint8)
+    sample = SegDataSample(metainfo=dict(img_shape=(100, 150), ori_shape=(100, 150)))
+    with torch.no_grad():
+        inputs = model.data_preprocessor(dict(inputs=[image], data_samples=[sample]))
+        feats = model.backbone(inputs['inputs'])
+        [out] = model.test_step(dict(inputs=[image], data_samples=[sample]))
+    assert [tuple(f.shape) for f in feats] == [(1, WIDTH, 6, 9)] * DEPTH
+    assert tuple(out.pred_sem_seg.data.shape) == (1, 100, 150)
+
+
+def test_cascade_full_size_image(toy_root):
+    """A 800 x 1333 image is padded to 800 x 1344 (size divisor 32): the 1/16 grid
+    is exact (50 x 84 patches, position embeddings interpolated from 14 x 14), so
+    the FPN levels are the padded size over their strides."""
+    from mmdet.structures import DetDataSample
+    path = osp.join(ROOT, 'configs', 'cascade_mask_rcnn',
+                    'cascade-mask-rcnn_dinovim-base-p16_fpn_1x_coco.py')
+    model = build_model(path, det_options(load(path), toy_root)).eval()
+    image = torch.randint(0, 256, (3, 800, 1333), dtype=torch.uint8)
+    sample = DetDataSample(metainfo=dict(img_shape=(800, 1333), ori_shape=(800, 1333),
+                                         scale_factor=(1.0, 1.0)))
+    with torch.no_grad():
+        inputs = model.data_preprocessor(dict(inputs=[image], data_samples=[sample]))
+        levels = model.extract_feat(inputs['inputs'])
+        [out] = model.test_step(dict(inputs=[image], data_samples=[sample]))
+    assert tuple(inputs['inputs'].shape[-2:]) == (800, 1344)
+    assert [tuple(f.shape[-2:]) for f in levels] == [
+        (200, 336), (100, 168), (50, 84), (25, 42), (13, 21)]
+    boxes = out.pred_instances.bboxes
+    assert len(boxes) > 0 and tuple(out.pred_instances.masks.shape[-2:]) == (800, 1333)
+    assert (boxes[:, 2] <= 1333).all() and (boxes[:, 3] <= 800).all()
+
+
+def test_pretrained_backbone_loads_through_init_cfg(toy_root, tmp_path):
+    """The documented flow: a plain backbone state dict (what extract_teacher.py
+    writes), made at 224 px, loads into the 512 px UperNet backbone."""
+    from mmdinomamba.models import DinoVim
+    from mmdinomamba.models.backbones import resize_pos_embed
+    mixer_cfg = dict(d_state=16, headdim=16, chunk_size=32)
+    source = DinoVim(arch=dict(embed_dims=WIDTH, num_layers=DEPTH), mixer_cfg=mixer_cfg)
+    checkpoint = str(tmp_path / 'backbone.pth')
+    torch.save(source.state_dict(), checkpoint)
+    path = upernet_path('dinovim-base')
+    init_cfg = dict(type='Pretrained', checkpoint=checkpoint)
+    options = {**seg_options(load(path), toy_root), 'model.backbone.init_cfg': init_cfg}
+    model = build_model(path, options)
+    model.init_weights()
+    loaded = model.backbone.state_dict()
+    expected = dict(source.state_dict())
+    expected['pos_embed'] = resize_pos_embed(expected['pos_embed'], (14, 14), (32, 32),
+                                             num_prefix=1)
+    assert sorted(loaded) == sorted(expected)
+    for name, value in expected.items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
