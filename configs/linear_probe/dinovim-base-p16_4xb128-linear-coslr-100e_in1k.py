@@ -1,0 +1,13 @@
+# Linear probe of DINO-pretrained DinoVim-B on ImageNet-1k: frozen backbone,
+# readouts of the last 8 blocks concatenated, one linear layer, SGD, 100 epochs.
+# Paper: 78.1 top-1.
+_base_ = [
+    '../_base_/models/linear-probe_dinovim-base-p16.py',
+    '../_base_/datasets/imagenet_bs128_linear-probe.py',
+    '../_base_/schedules/linear-probe_sgd-coslr-100e.py',
+    'mmpretrain::_base_/default_runtime.py',
+]
+
+optim_wrapper = dict(optimizer=dict(weight_decay=0.01))
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))

@@ -1,0 +1,106 @@
+"""DINO's multi-crop augmentation, assembled from mmpretrain's transforms.
+
+"Emerging Properties in Self-Supervised Vision Transformers" (Caron et al., ICCV
+2021), https://arxiv.org/abs/2104.14294, App. (data augmentation), which follows
+BYOL's photometric augmentations.
+"""
+from typing import List, Tuple
+
+from mmpretrain.datasets.transforms import MultiView
+
+# BYOL/DINO photometric parameters
+COLOR_JITTER = dict(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)
+COLOR_JITTER_PROB = 0.8
+GRAYSCALE_PROB = 0.2
+BLUR_RADIUS = (0.1, 2.0)
+SOLARIZE_THRESHOLD = 128
+# (Gaussian blur probability, solarisation probability) per kind of view
+VIEW_PROBS = dict(global1=(1.0, 0.0), global2=(0.1, 0.2), local=(0.5, 0.0))
+
+
+def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: float,
+                       solarize_prob: float, interpolation: str = 'bicubic') -> List[dict]:
+    """Transform configs of one DINO view (crop, flip, colour, blur, solarise).
+
+    The blur radius is drawn uniformly from ``BLUR_RADIUS`` for every image
+    (``magnitude_std='inf'`` makes :class:`mmpretrain.GaussianBlur` draw its
+    magnitude in ``[0, magnitude_level]``, mapped linearly onto the range).
+
+    Args:
+        size (int): output side in pixels.
+        crop_scale (tuple): area fraction range of the random crop.
+        blur_prob (float): probability of a Gaussian blur.
+        solarize_prob (float): probability of solarisation (0 leaves it out).
+        interpolation (str): resize interpolation. Defaults to 'bicubic'.
+
+    Returns:
+        list[dict]: transform configs, scoped to mmpretrain so that they build
+        whatever the default scope is.
+    """
+    pipeline = [
+        dict(type='mmpretrain.RandomResizedCrop', scale=size, crop_ratio_range=crop_scale,
+             interpolation=interpolation, backend='pillow'),
+        dict(type='mmpretrain.RandomFlip', prob=0.5, direction='horizontal'),
+        dict(type='RandomApply', prob=COLOR_JITTER_PROB,  # mmcv's, found from any scope
+             transforms=[dict(type='mmpretrain.HueSafeColorJitter', **COLOR_JITTER)]),
+        dict(type='mmpretrain.RandomGrayscale', prob=GRAYSCALE_PROB, keep_channels=True,
+             channel_weights=(0.114, 0.587, 0.2989)),
+        dict(type='mmpretrain.GaussianBlur', magnitude_range=BLUR_RADIUS,
+             magnitude_std='inf', prob=blur_prob),
+    ]
+    if solarize_prob > 0:
+        pipeline.append(dict(type='mmpretrain.Solarize', thr=SOLARIZE_THRESHOLD,
+                             prob=solarize_prob))
+    return pipeline
+
+
+class DINOMultiCrop(MultiView):
+    """Two global crops and ``num_local_views`` local crops of one image.
+
+    Views come out in the order DINO expects: global 1 (blur p=1.0), global 2
+    (blur p=0.1, solarisation p=0.2), then the local crops (blur p=0.5). Each
+    view is a random resized crop, a horizontal flip, colour jitter (0.4, 0.4,
+    0.2, 0.1) with p=0.8 (:class:`HueSafeColorJitter`, mmpretrain's ColorJitter
+    made to work under numpy 2) and grayscale with p=0.2. ``results['img']`` becomes
+    the list of views; follow with ``PackInputs``.
+
+    Args:
+        global_size (int): side of the global crops. Defaults to 224.
+        local_size (int): side of the local crops. Defaults to 96.
+        num_local_views (int): Defaults to 8.
+        global_crop_scale (tuple[float, float]): area fraction range of global
+            crops. Defaults to (0.4, 1.0).
+        local_crop_scale (tuple[float, float]): area fraction range of local
+            crops. Defaults to (0.05, 0.4).
+        interpolation (str): resize interpolation. Defaults to 'bicubic'.
+    """
+
+    def __init__(self,
+                 global_size: int = 224,
+                 local_size: int = 96,
+                 num_local_views: int = 8,
+                 global_crop_scale: Tuple[float, float] = (0.4, 1.0),
+                 local_crop_scale: Tuple[float, float] = (0.05, 0.4),
+                 interpolation: str = 'bicubic'):
+        if global_size <= 0 or local_size <= 0:
+            raise ValueError(f'DINOMultiCrop: crop sizes must be > 0, got global '
+                             f'{global_size}, local {local_size}')
+        if num_local_views < 0:
+            raise ValueError(f'DINOMultiCrop: num_local_views must be >= 0, got '
+                             f'{num_local_views}')
+        for name, (low, high) in (('global_crop_scale', global_crop_scale),
+                                  ('local_crop_scale', local_crop_scale)):
+            if not 0 < low <= high <= 1:
+                raise ValueError(f'DINOMultiCrop: {name} must satisfy 0 < low <= '
+                                 f'high <= 1, got {(low, high)}')
+        views = [('global1', global_size, global_crop_scale),
+                 ('global2', global_size, global_crop_scale),
+                 ('local', local_size, local_crop_scale)]
+        transforms = [
+            dino_view_pipeline(size, tuple(scale), *VIEW_PROBS[kind], interpolation)
+            for kind, size, scale in views
+        ]
+        super().__init__(transforms=transforms, num_views=[1, 1, num_local_views])
+        self.global_size = global_size
+        self.local_size = local_size
+        self.num_local_views = num_local_views

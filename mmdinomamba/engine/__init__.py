@@ -1,0 +1,9 @@
+from .checkpoint import allow_mmengine_checkpoint_types, dump_atomic, save_atomic
+from .distributed import setup_cpu_distributed
+from .hooks import (DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
+                    DINOTeacherTempHook)
+from .optimizers import LayerDecayOptimWrapperConstructor
+
+__all__ = ['DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
+           'LayerDecayOptimWrapperConstructor', 'allow_mmengine_checkpoint_types',
+           'dump_atomic', 'save_atomic', 'setup_cpu_distributed']

@@ -1,0 +1,50 @@
+"""Distributed training on machines without CUDA (CPU, gloo).
+
+mmengine 0.10's ``pytorch`` launcher calls ``torch.cuda.set_device`` before it
+creates the process group ("Found no NVIDIA driver"), and its default DDP wrapper
+passes ``device_ids=[LOCAL_RANK]``, which torch refuses for CPU modules. The
+Runner skips its own initialisation when a process group already exists and takes
+the wrapper's arguments from ``model_wrapper_cfg``, so both are set up here.
+"""
+import os
+
+import torch
+import torch.distributed as torch_dist
+from mmengine.config import Config
+from mmengine.logging import print_log
+
+
+def setup_cpu_distributed(cfg: Config) -> bool:
+    """For ``cfg.launcher == 'pytorch'`` without CUDA: gloo group and CPU DDP wrapper.
+
+    Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by
+    torchrun). Does nothing for other launchers, when CUDA is available or when a
+    process group exists already. A configured backend other than gloo (e.g. the
+    GPU configs' nccl) is replaced by gloo, the CPU backend.
+
+    Args:
+        cfg (Config): the training config; ``model_wrapper_cfg`` gets
+            ``device_ids=None`` unless it sets them.
+
+    Returns:
+        bool: whether a process group was created.
+    """
+    if cfg.get('launcher') != 'pytorch' or torch.cuda.is_available() \
+            or torch_dist.is_initialized():
+        return False
+    for key in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
+        if key not in os.environ:
+            raise RuntimeError(f'--launcher pytorch needs ${key}: start the job with '
+                               'torchrun (tools/dist_train.sh)')
+    backend = cfg.get('env_cfg', {}).get('dist_cfg', {}).get('backend', 'gloo')
+    if backend != 'gloo':
+        print_log(f'no CUDA: using the gloo backend instead of {backend!r}',
+                  logger='current')
+    torch_dist.init_process_group(backend='gloo', rank=int(os.environ['RANK']),
+                                  world_size=int(os.environ['WORLD_SIZE']))
+    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+                   find_unused_parameters=cfg.get('find_unused_parameters', False))
+    wrapper.update(cfg.get('model_wrapper_cfg') or {})
+    wrapper.setdefault('device_ids', None)
+    cfg.model_wrapper_cfg = wrapper
+    return True

@@ -1,0 +1,5 @@
+from .dino_freeze_last_layer_hook import DINOFreezeLastLayerHook
+from .dino_teacher_momentum_hook import DINOTeacherMomentumHook
+from .dino_teacher_temp_hook import DINOTeacherTempHook
+
+__all__ = ['DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook']

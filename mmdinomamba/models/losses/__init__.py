@@ -1,0 +1,3 @@
+from .dino_loss import DINOLoss
+
+__all__ = ['DINOLoss']

@@ -1,0 +1,3 @@
+from .concat_neck import ConcatNeck
+
+__all__ = ['ConcatNeck']

@@ -1,0 +1,4 @@
+"""Self-supervised algorithms (need mmpretrain)."""
+from .dino import DINO
+
+__all__ = ['DINO']

@@ -1,0 +1,32 @@
+"""Run by torchrun in test_dino_training.py: train the tiny toy DINO, save the centre.
+
+Usage: torchrun --nproc_per_node=2 _dino_ddp_worker.py DATA_ROOT WORK_DIR
+"""
+import os.path as osp
+import sys
+
+from mmengine.runner import Runner
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _dino_toy import tiny_dino_config  # noqa: E402
+
+from mmdinomamba.engine import save_atomic, setup_cpu_distributed  # noqa: E402
+
+
+def main():
+    data_root, work_dir = sys.argv[1:3]
+    cfg = tiny_dino_config(data_root, work_dir, max_epochs=1)
+    cfg.launcher = 'pytorch'
+    if not setup_cpu_distributed(cfg):
+        raise RuntimeError('expected a CPU-only torchrun job')
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    model = runner.model.module
+    save_atomic(dict(center=model.loss_module.center.clone(),
+                     teacher=model.teacher.state_dict(), iter=runner.iter,
+                     world_size=runner.world_size),
+                osp.join(work_dir, f'state_rank{runner.rank}.pth'))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,170 @@
+"""DINO end to end on toy data: resume, DDP (gloo), frozen last layer."""
+import importlib.util
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+from mmpretrain.registry import MODELS
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+from mmdinomamba.datasets import make_toy_dataset
+from mmdinomamba.engine import allow_mmengine_checkpoint_types
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def toy_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('toy') / 'toy')
+    # 16 training images: 4 iterations of 4 images per epoch
+    make_toy_dataset(root, num_classes=2, train_per_class=8, val_per_class=1, size=48,
+                     formats=['imagenet'])
+    return root
+
+
+class StopAfter(Hook):
+    """Stop an epoch-based run after `epochs` epochs (its schedule stays as configured)."""
+
+    def __init__(self, epochs):
+        self.epochs = epochs
+
+    def after_train_epoch(self, runner):
+        if runner.epoch + 1 >= self.epochs:
+            runner.train_loop.stop_training = True
+
+
+class RecordLastLayer(Hook):
+    """Snapshot the student head before training and after each epoch."""
+
+    def __init__(self):
+        self.snapshots = []
+
+    def _snap(self, runner):
+        head = runner.model.head
+        self.snapshots.append({k: v.detach().clone() for k, v in head.state_dict().items()})
+
+    def before_train(self, runner):
+        self._snap(runner)
+
+    def after_train_epoch(self, runner):
+        self._snap(runner)
+
+
+def run(cfg, name, hooks=(), resume_from=None):
+    cfg.experiment_name = name  # distinct loggers / message hubs in one process
+    if resume_from is not None:
+        cfg.resume, cfg.load_from = True, resume_from
+    runner = Runner.from_cfg(cfg)
+    for hook in hooks:
+        runner.register_hook(hook)
+    runner.train()
+    return runner
+
+
+def load(path):
+    # weights_only=True (torch's default): must work with the allow-list alone
+    return torch.load(path, map_location='cpu', weights_only=True)
+
+
+@pytest.fixture(scope='module')
+def dino_runs(toy_root, tmp_path_factory):
+    """2 epochs uninterrupted; 1 epoch (of a 2-epoch schedule); its resumption."""
+    allow_mmengine_checkpoint_types()
+    tmp = tmp_path_factory.mktemp('dino_runs')
+    full = run(tiny_dino_config(toy_root, str(tmp / 'full')), 'dino-full')
+    record = RecordLastLayer()
+    run(tiny_dino_config(toy_root, str(tmp / 'half')), 'dino-half',
+        hooks=[StopAfter(1), record])
+    first = str(tmp / 'half' / 'epoch_1.pth')
+    resumed = run(tiny_dino_config(toy_root, str(tmp / 'resumed')), 'dino-resumed',
+                  resume_from=first)
+    return dict(tmp=tmp, full_iter=full.iter, resumed_iter=resumed.iter,
+                snapshots=record.snapshots)
+
+
+def test_resume_matches_uninterrupted_run(dino_runs):
+    tmp = dino_runs['tmp']
+    assert dino_runs['full_iter'] == dino_runs['resumed_iter'] == 8
+    assert not osp.exists(tmp / 'half' / 'epoch_2.pth')
+    want, got = load(tmp / 'full' / 'epoch_2.pth'), load(tmp / 'resumed' / 'epoch_2.pth')
+    assert set(want['state_dict']) == set(got['state_dict'])
+    assert any(k.startswith('teacher.') for k in want['state_dict'])
+    assert 'loss_module.center' in want['state_dict']
+    for key, value in want['state_dict'].items():
+        # same float32 operations in the same order on the CPU: bitwise equal
+        assert torch.equal(value, got['state_dict'][key]), key
+    opt_want, opt_got = want['optimizer']['state'], got['optimizer']['state']
+    assert opt_want.keys() == opt_got.keys() and len(opt_want) > 0
+    for idx, state in opt_want.items():
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(opt_got[idx][name]))
+    groups = [(g['lr'], g['weight_decay']) for g in want['optimizer']['param_groups']]
+    assert groups == [(g['lr'], g['weight_decay'])
+                      for g in got['optimizer']['param_groups']]
+
+
+def test_last_layer_frozen_during_first_epoch(dino_runs):
+    before, after_epoch1 = dino_runs['snapshots'][:2]
+    for key in before:
+        changed = not torch.equal(before[key], after_epoch1[key])
+        assert changed == (not key.startswith('last_layer')), key
+    # and it trains afterwards: epoch 2 of the uninterrupted run moved it
+    final = load(dino_runs['tmp'] / 'full' / 'epoch_2.pth')['state_dict']
+    key = 'last_layer.parametrizations.weight.original1'
+    assert not torch.equal(final['head.' + key], before[key])
+
+
+def test_linear_probe_and_extractor_load_the_teacher(dino_runs, tmp_path):
+    ckpt = str(dino_runs['tmp'] / 'full' / 'epoch_2.pth')
+    teacher = {k[len('teacher.backbone.'):]: v for k, v in load(ckpt)['state_dict'].items()
+               if k.startswith('teacher.backbone.')}
+    out = str(tmp_path / 'teacher.pth')
+    spec = importlib.util.spec_from_file_location(
+        'extract_teacher', osp.join(ROOT, 'tools/model_converters/extract_teacher.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main([ckpt, out])
+    extracted = load(out)
+    assert extracted['meta']['epoch'] == 2 and extracted['meta']['branch'] == 'teacher'
+    assert extracted['state_dict'].keys() == teacher.keys()
+    assert all(torch.equal(v, teacher[k]) for k, v in extracted['state_dict'].items())
+
+    # the toy probe config, shrunk like the toy run, loads the teacher by default
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/linear_probe/'
+                                   'dinovim-toy-p8_1xb16-linear-10e_toy.py'))
+    cfg.model.backbone.update(arch=dict(embed_dims=32, num_layers=2), img_size=32,
+                              frozen_stages=2)
+    cfg.model.backbone.init_cfg.checkpoint = ckpt
+    cfg.model.neck.in_channels = cfg.model.head.in_channels = 64
+    for init_cfg in (cfg.model.backbone.init_cfg,
+                     dict(type='Pretrained', checkpoint=out)):
+        cfg.model.backbone.init_cfg = init_cfg
+        model = MODELS.build(cfg.model)
+        model.init_weights()
+        loaded = model.backbone.state_dict()
+        assert all(torch.equal(loaded[k], v) for k, v in teacher.items())
+
+
+def test_two_process_ddp_gloo_keeps_one_centre(toy_root, tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
+               OMP_NUM_THREADS='1')
+    worker = osp.join(osp.dirname(osp.abspath(__file__)), '_dino_ddp_worker.py')
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
+           '--master_port=29531', worker, toy_root, str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    states = [load(tmp_path / f'state_rank{r}.pth') for r in (0, 1)]
+    assert [s['world_size'] for s in states] == [2, 2]
+    assert states[0]['iter'] == 2  # 16 images / 2 processes / 4 per batch
+    assert states[0]['center'].abs().sum() > 0
+    assert torch.equal(states[0]['center'], states[1]['center'])
+    for key, value in states[0]['teacher'].items():
+        assert torch.equal(value, states[1]['teacher'][key]), key
