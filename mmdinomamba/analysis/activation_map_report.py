@@ -24,7 +24,8 @@ from mmengine.structures import BaseDataElement
 
 from mmdinomamba.evaluation import BinaryAUC, binary_auc, foreground_mask
 from .activation_maps import ActivationMaps, layer_activation_maps
-from .mixing_rank import _pyplot, _replace_into
+from mmdinomamba.engine.checkpoint import write_atomic
+from .mixing_rank import _pyplot
 
 Tensor = torch.Tensor
 
@@ -205,7 +206,7 @@ def plot_map_grid(images: np.ndarray, labels: Sequence[Tensor], maps: Activation
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    _replace_into(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format='png'))
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format='png'))
     plt.close(fig)
 
 
@@ -239,6 +240,6 @@ def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    _replace_into(path, lambda tmp: fig.savefig(tmp, dpi=110, format='png'))
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format='png'))
     plt.close(fig)
 

@@ -33,7 +33,6 @@ import io
 import json
 import os
 import os.path as osp
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -42,6 +41,8 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
+
+from mmdinomamba.engine.checkpoint import write_atomic
 
 from .mixing import (MixerInfo, backbone_layers, capture_mixer_inputs, find_mixer,
                      mixer_info, mixing_matrices, normalise_layers, ssd_decay_masks)
@@ -463,34 +464,11 @@ def format_table(summary: List[dict]) -> str:
     return '\n'.join(lines)
 
 
-def _replace_into(path: str, write) -> None:
-    """Call ``write(temp_path)`` on a temporary file next to ``path``, then rename.
-
-    The file gets the usual permissions (``0o666`` less the umask), not the
-    private mode of ``mkstemp``.
-    """
-    directory = osp.dirname(osp.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-',
-                               suffix=osp.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def _write_text(path: str, text: str) -> None:
     def write(tmp):
         with open(tmp, 'w', newline='') as f:
             f.write(text)
-    _replace_into(path, write)
+    write_atomic(path, write)
 
 
 def _csv_text(rows: List[dict], columns: Sequence[str]) -> str:
@@ -523,7 +501,7 @@ def _matrix_name(summary: dict) -> str:
 
 
 def _save(fig, path: str) -> None:
-    _replace_into(path, lambda tmp: fig.savefig(tmp, dpi=110, format='png'))
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format='png'))
 
 
 def plot_spectra(report: RankReport, path: str, title: str = '') -> None:

@@ -1,4 +1,5 @@
-from .checkpoint import allow_mmengine_checkpoint_types, dump_atomic, save_atomic
+from .checkpoint import (allow_mmengine_checkpoint_types, dump_atomic, save_atomic,
+                         write_atomic)
 from .distributed import setup_cpu_distributed
 from .hooks import (DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
                     DINOTeacherTempHook)
@@ -6,4 +7,4 @@ from .optimizers import LayerDecayOptimWrapperConstructor
 
 __all__ = ['DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
            'LayerDecayOptimWrapperConstructor', 'allow_mmengine_checkpoint_types',
-           'dump_atomic', 'save_atomic', 'setup_cpu_distributed']
+           'dump_atomic', 'save_atomic', 'setup_cpu_distributed', 'write_atomic']

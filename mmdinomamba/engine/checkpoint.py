@@ -6,11 +6,12 @@ and numpy values, so ``Runner(resume=True)`` fails with "Weights only load
 failed". Instead of switching the safety off, :func:`allow_mmengine_checkpoint_types`
 allow-lists exactly those types.
 """
+import json
 import os
 import os.path as osp
 import pickle
 import tempfile
-from typing import Any, List
+from typing import Any, Callable, List
 
 import numpy as np
 import torch
@@ -41,47 +42,43 @@ def allow_mmengine_checkpoint_types() -> None:
         add(_checkpoint_types())
 
 
-def _publish(tmp: str, path: str) -> None:
-    """Give ``tmp`` the usual permissions (mkstemp makes it 0600) and rename it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
+def write_atomic(path: str, write: Callable[[str], None]) -> None:
+    """Call ``write(temp_path)`` on a temporary file next to ``path``, then rename.
 
-
-def dump_atomic(obj: Any, path: str) -> None:
-    """Write ``obj`` to ``path`` (JSON for ``.json``, else pickle) atomically.
-
-    The file is written next to its destination and renamed into place, so a
-    crash never leaves a half-written result.
+    A crash never leaves a half-written file at ``path``. The file gets the usual
+    permissions (``0o666`` less the umask), not the private mode of ``mkstemp``.
     """
-    import json
     directory = osp.dirname(osp.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix=osp.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-',
+                               suffix=osp.splitext(path)[1])
+    os.close(fd)
     try:
-        with os.fdopen(fd, 'w' if path.endswith('.json') else 'wb') as f:
-            if path.endswith('.json'):
-                json.dump(obj, f, indent=2, default=float)
-            else:
-                pickle.dump(obj, f)
-        _publish(tmp, path)
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
     except BaseException:
         if osp.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def dump_atomic(obj: Any, path: str) -> None:
+    """Write ``obj`` to ``path`` (JSON for ``.json``, else pickle) atomically."""
+
+    def write(tmp: str) -> None:
+        if path.endswith('.json'):
+            with open(tmp, 'w') as f:
+                json.dump(obj, f, indent=2, default=float)
+        else:
+            with open(tmp, 'wb') as f:
+                pickle.dump(obj, f)
+
+    write_atomic(path, write)
 
 
 def save_atomic(state: Any, path: str) -> None:
     """``torch.save`` to ``path`` atomically (temporary file, then rename)."""
-    directory = osp.dirname(osp.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.tmp-', suffix='.pth')
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        _publish(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
+    write_atomic(path, lambda tmp: torch.save(state, tmp))

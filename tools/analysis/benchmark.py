@@ -24,13 +24,10 @@ Examples::
 """
 import argparse
 import datetime
-import json
-import os
 import os.path as osp
 import platform
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 from typing import Callable, Dict, List, Optional, Sequence
@@ -39,6 +36,7 @@ import torch
 
 sys.path.insert(0, osp.abspath(osp.join(osp.dirname(__file__), '..', '..')))
 
+from mmdinomamba.engine.checkpoint import dump_atomic  # noqa: E402
 from mmdinomamba.models.backbones import DinoVim, LinearViT  # noqa: E402
 from mmdinomamba.ops import BACKENDS, resolve_backend, ssd, triton_available  # noqa: E402
 
@@ -388,21 +386,6 @@ def environment(device: torch.device) -> dict:
     return env
 
 
-def dump_json_atomic(obj, path: str):
-    """Write JSON to ``path`` through a temporary file and ``os.replace``."""
-    folder = osp.dirname(osp.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.benchmark-', suffix='.json')
-    try:
-        with os.fdopen(fd, 'w') as f:
-            json.dump(obj, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -471,7 +454,7 @@ def main(argv=None) -> dict:
                           amp or torch.float32, args.warmup, args.repeats, args.iters)
         result['rows'] = rows
     if args.out:
-        dump_json_atomic(result, args.out)
+        dump_atomic(result, args.out)
     return result
 
 

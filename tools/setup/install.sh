@@ -43,6 +43,9 @@ PIP=("$PY" -m pip install --disable-pip-version-check -q)
 
 log "torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION"
 "${PIP[@]}" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+log "mmengine and mmcv's run-time requirements (mmcv itself is installed without deps)"
+"${PIP[@]}" mmengine==0.10.7 addict yapf packaging pyyaml opencv-python Pillow numpy
+
 if "$PY" -c "import mmcv, mmcv.ops, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
   log "mmcv $MMCV_VERSION with ops already installed"
 else
@@ -68,7 +71,6 @@ else
   # mmcv-lite (no compiled ops) owns the same import name: remove it first
   "$PY" -m pip uninstall -y -q mmcv-lite >/dev/null 2>&1 || true
   "${PIP[@]}" --no-deps --force-reinstall "$WHEEL"
-  "$PY" -m pip install -q --disable-pip-version-check "addict" "yapf" "packaging" "pyyaml" "opencv-python" "Pillow" "numpy"
   "$PY" -c "import mmcv.ops" || { log "mmcv.ops does not import"; exit 1; }
 fi
 

@@ -8,7 +8,7 @@ resizing, freezing and layer-wise learning-rate decay.
 """
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 """The Mamba-2 (SSD) token mixer, causal or bidirectional ("bimamba v2")."""
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
