@@ -43,6 +43,10 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.DINOTeacherMomentumHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOTeacherTempHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
+    ('mmdinomamba.engine.optimizers.PerParamClipOptimWrapper', 'OPTIM_WRAPPERS',
+     PRETRAIN),
+    ('mmdinomamba.engine.optimizers.PerParamClipAmpOptimWrapper', 'OPTIM_WRAPPERS',
+     PRETRAIN),
 ]
 
 _DONE: Dict[Tuple[str, str, str], bool] = {}

@@ -17,6 +17,10 @@ from mmengine.runner import Runner
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import allow_mmengine_checkpoint_types, setup_cpu_distributed
 
+# --amp: each optimizer wrapper and its mixed-precision twin
+AMP_WRAPPERS = {'OptimWrapper': 'AmpOptimWrapper',
+                'PerParamClipOptimWrapper': 'PerParamClipAmpOptimWrapper'}
+
 
 def parse_args():
     parser = argparse.ArgumentParser(description='Train a model')
@@ -57,8 +61,8 @@ def merge_args(cfg: Config, args) -> Config:
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
     if args.amp or args.amp_dtype:
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'AmpOptimWrapper':
-            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
+        cfg.optim_wrapper.type = AMP_WRAPPERS.get(wrapper, wrapper)
         if args.amp_dtype == 'bfloat16':
             cfg.optim_wrapper.dtype = 'bfloat16'
         else:

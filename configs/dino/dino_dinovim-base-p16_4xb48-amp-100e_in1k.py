@@ -8,7 +8,7 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 
-optim_wrapper = dict(type='AmpOptimWrapper')  # fp16, dynamic loss scale
+optim_wrapper = dict(type='PerParamClipAmpOptimWrapper')  # fp16, dynamic loss scale
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3))

@@ -3,8 +3,10 @@ from .checkpoint import (allow_mmengine_checkpoint_types, dump_atomic, save_atom
 from .distributed import setup_cpu_distributed
 from .hooks import (DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
                     DINOTeacherTempHook)
-from .optimizers import LayerDecayOptimWrapperConstructor
+from .optimizers import (LayerDecayOptimWrapperConstructor, PerParamClipAmpOptimWrapper,
+                         PerParamClipOptimWrapper)
 
 __all__ = ['DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
-           'LayerDecayOptimWrapperConstructor', 'allow_mmengine_checkpoint_types',
+           'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
+           'PerParamClipOptimWrapper', 'allow_mmengine_checkpoint_types',
            'dump_atomic', 'save_atomic', 'setup_cpu_distributed', 'write_atomic']

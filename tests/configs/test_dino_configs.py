@@ -48,7 +48,7 @@ def test_dino_config_builds(path):
     assert cfg.model.head.out_channels == cfg.model.loss.out_channels
     if 'in1k' in path:  # the official recipe
         assert cfg.train_dataloader.dataset.data_root == 'data/imagenet'
-        assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+        assert cfg.optim_wrapper.type == 'PerParamClipAmpOptimWrapper'
         assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4 * 48 * 4 / 256)
         assert cfg.auto_scale_lr.base_batch_size == cfg.train_dataloader.batch_size * 4
         assert cfg.train_cfg.max_epochs == 100

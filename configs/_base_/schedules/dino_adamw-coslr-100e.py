@@ -1,10 +1,10 @@
 # The DINO recipe of the official Dino-Mamba code: AdamW, 100 epochs, lr
 # 5e-4 * batch / 256 after 10 linear warm-up epochs then cosine to 1e-6, weight
-# decay 0.04 -> 0.4 (cosine, per iteration) on all but 1-D parameters, gradient
-# clip 3.0, teacher momentum 0.996 -> 1 (cosine), teacher temperature 0.04, the
+# decay 0.04 -> 0.4 (cosine, per iteration) on all but 1-D parameters, gradients
+# clipped to norm 3.0 per parameter tensor (not all together), teacher momentum 0.996 -> 1 (cosine), teacher temperature 0.04, the
 # output layer frozen during epoch 1.
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='PerParamClipOptimWrapper',
     optimizer=dict(type='AdamW', lr=5e-4 * (48 * 4) / 256, betas=(0.9, 0.999),
                    weight_decay=0.04),
     clip_grad=dict(max_norm=3.0),

@@ -1,3 +1,6 @@
 from .layer_decay_optim_wrapper_constructor import LayerDecayOptimWrapperConstructor
+from .per_param_clip import (PerParamClipAmpOptimWrapper, PerParamClipOptimWrapper,
+                             clip_grad_norm_per_param_)
 
-__all__ = ['LayerDecayOptimWrapperConstructor']
+__all__ = ['LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
+           'PerParamClipOptimWrapper', 'clip_grad_norm_per_param_']

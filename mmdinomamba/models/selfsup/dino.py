@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
+from mmengine import dist
 from mmpretrain.models.selfsup import BaseSelfSupervisor
 from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
@@ -40,6 +41,10 @@ class DINO(BaseSelfSupervisor):
     student step", so iteration 0 starts from teacher == student. Floating
     buffers (e.g. BatchNorm statistics of ``use_bn`` heads) are copied from the
     student, because the teacher stays in eval mode and never updates its own.
+    Under DDP they are first averaged over the processes (mmengine's DDP wrapper
+    does not broadcast buffers, and SyncBatchNorm needs a GPU), so every process
+    keeps the same teacher; for running means this equals the running mean of
+    the whole batch.
 
     Args:
         backbone (dict): student backbone config; its output tuple's last item
@@ -116,7 +121,9 @@ class DINO(BaseSelfSupervisor):
         student_buffers = dict(self._student().named_buffers())
         for name, t in self.teacher.named_buffers():
             if t.is_floating_point():
-                t.copy_(student_buffers[name])
+                buf = student_buffers[name]
+                dist.all_reduce(buf, op='mean')  # no-op in one process
+                t.copy_(buf)
 
     # ----------------------------------------------------------------- forward
     @staticmethod
