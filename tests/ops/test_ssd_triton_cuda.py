@@ -208,36 +208,41 @@ def test_dinovim_fused_reproduces_official_fixtures(name, registers):
 
 
 def test_scan_work_splits_do_not_change_result():
-    """Forward segments and heads per backward program only split the work: the
-    results equal the unsplit kernels' (checked above against the reference) up to
-    fp32 rounding."""
+    """Forward segments and the chunk size only split the work: the results equal
+    the default kernels' (checked above against the reference) up to fp32
+    rounding."""
     from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
     torch.manual_seed(0)
     batch, seqlen, nheads = 2, 700, 8
     xbc = torch.randn(batch, seqlen, 2, nheads * 32 + 2 * 32, device='cuda')
     raw = torch.randn(batch, seqlen, nheads, device='cuda') - 1
     di = nheads * 32
-    args = ScanArgs(xbc[..., :di].view(batch, seqlen, 2, nheads, 32),
-                    xbc[..., di:di + 32].view(batch, seqlen, 2, 1, 32),
-                    xbc[..., di + 32:].view(batch, seqlen, 2, 1, 32), raw,
-                    torch.randn(2 * nheads, device='cuda'),
-                    -torch.rand(2 * nheads, device='cuda') * 8,
-                    torch.randn(2 * nheads, 32, device='cuda'), True, 32)
+    bias = torch.randn(2 * nheads, device='cuda')
+    A = -torch.rand(2 * nheads, device='cuda') * 8
+    D = torch.randn(2 * nheads, 32, device='cuda')
+
+    def scan_args(chunk):
+        return ScanArgs(xbc[..., :di].view(batch, seqlen, 2, nheads, 32),
+                        xbc[..., di:di + 32].view(batch, seqlen, 2, 1, 32),
+                        xbc[..., di + 32:].view(batch, seqlen, 2, 1, 32), raw, bias,
+                        A, D, True, chunk)
+
     shape = (batch, seqlen, 2, nheads, 32)
-    y1 = scan_forward(args, torch.empty(shape, device='cuda'), segments=1)
+    y1 = scan_forward(scan_args(32), torch.empty(shape, device='cuda'), segments=1)
     for segments in (2, 7):
-        y = scan_forward(args, torch.empty(shape, device='cuda'), segments=segments)
+        y = scan_forward(scan_args(32), torch.empty(shape, device='cuda'),
+                         segments=segments)
         assert rel(y, y1) < 1e-5
     dy = torch.randn(shape, device='cuda')
     outs = {}
-    for hpp in (1, 2, 8):
+    for chunk in (16, 32, 64):
         dx = torch.empty(shape, device='cuda')
-        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy, dx, heads_per_program=hpp)
-        outs[hpp] = [dx, dB.view(batch, seqlen, 2, -1, 32).sum(3),
-                     dC.view(batch, seqlen, 2, -1, 32).sum(3), ddt, dA, dbias, dD]
-    for hpp in (2, 8):
-        for a, b in zip(outs[hpp], outs[1]):
-            assert rel(a, b) < 1e-5
+        outs[chunk] = [dx, *scan_backward(scan_args(chunk), dy, dx)]
+    # other chunkings reorder the fp32 sums (dA sums ~10^4 terms that cancel), so
+    # they get the tolerance used against the float64 reference
+    for chunk in (16, 64):
+        for a, b in zip(outs[chunk], outs[32]):
+            assert rel(a, b) < FP32_TOL
 
 
 def test_fused_dinovim_replays_from_a_cuda_graph():

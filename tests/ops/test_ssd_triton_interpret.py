@@ -5,8 +5,8 @@ scan forward and backward, both directions, conv, gated norm, add + norm) is
 checked without a GPU. It must be set before Triton compiles anything, hence the
 subprocess. Everything runs in float32 with IEEE dots, so the error against the
 float64 reference is fp32 rounding (about 1e-7 here); 1e-5 catches any wrong term.
-The ways of splitting the work (forward segments, heads per backward program)
-are compared with the unsplit kernels, which the reference checks.
+The ways of splitting the work (forward segments, the backward's chunk size)
+are compared with each other; the reference checks the default.
 """
 import json
 import os
@@ -109,25 +109,25 @@ errors['conv.out'] = rel(out, ref)
 for name, a, b in zip(['x', 'w', 'b'], [dxc, dw, db], g_ref):
     errors['conv.d' + name] = rel(a, b)
 
-# work splits: segments of the forward scan, heads per backward program
+# work splits: segments of the forward scan; the chunk size of the backward
 from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
 xbc = torch.randn(1, 50, 2, 4 * 16 + 2 * 16)
 raw = torch.randn(1, 50, 4) - 1
-args = ScanArgs(xbc[..., :64].view(1, 50, 2, 4, 16), xbc[..., 64:80].view(1, 50, 2, 1, 16),
-                xbc[..., 80:].view(1, 50, 2, 1, 16), raw, torch.randn(8),
-                -torch.rand(8) * 4, torch.randn(8, 16), True, 16)
-ys = [scan_forward(args, torch.empty(1, 50, 2, 4, 16), segments=n) for n in (1, 3)]
+def scan_args(chunk):
+    return ScanArgs(xbc[..., :64].view(1, 50, 2, 4, 16),
+                    xbc[..., 64:80].view(1, 50, 2, 1, 16),
+                    xbc[..., 80:].view(1, 50, 2, 1, 16), raw, bias8, A8, D8, True, chunk)
+bias8, A8, D8 = torch.randn(8), -torch.rand(8) * 4, torch.randn(8, 16)
+ys = [scan_forward(scan_args(16), torch.empty(1, 50, 2, 4, 16), segments=n)
+      for n in (1, 3)]
 errors['segments3.y'] = rel(ys[1], ys[0])
 dy = torch.randn(1, 50, 2, 4, 16)
 outs = []
-for hpp in (1, 4):
+for chunk in (16, 32):
     dx = torch.empty(1, 50, 2, 4, 16)
-    dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy, dx, heads_per_program=hpp)
-    outs.append([dx, dB.view(1, 50, 2, -1, 16).sum(3), dC.view(1, 50, 2, -1, 16).sum(3),
-                 ddt, dA, dbias, dD])
-for hpp, out in zip((4, ), outs[1:]):
-    for name, a, b in zip('dx dB dC ddt dA dbias dD'.split(), out, outs[0]):
-        errors[f'hpp{hpp}.{name}'] = rel(a, b)
+    outs.append([dx, *scan_backward(scan_args(chunk), dy, dx)])
+for name, a, b in zip('dx dB dC ddt dA dbias dD'.split(), outs[1], outs[0]):
+    errors[f'chunk32.{name}'] = rel(a, b)
 print('ERRORS=' + json.dumps(errors))
 '''
 
@@ -142,8 +142,8 @@ def test_triton_kernels_in_interpreter():
     expected = {'scan.y', 'scan.dz', 'scan.dA', 'scan.dD', 'mixer.y', 'mixer.du',
                 'mixer.dA_log_b', 'mixer.dconv1d_b.weight', 'mixer.dnorm_b.weight',
                 'mixer.din_proj.weight', 'addnorm.out', 'addnorm.dweight',
-                'segments3.y', 'hpp4.dB', 'hpp4.dC', 'hpp4.ddt', 'conv.out', 'conv.dx',
-                'conv.dw', 'conv.db'}
+                'segments3.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
+                'conv.out', 'conv.dx', 'conv.dw', 'conv.db'}
     assert expected <= set(errors), sorted(errors)
     bad = {k: v for k, v in errors.items() if not v < TOL}
     assert not bad, bad

@@ -17,7 +17,8 @@ import torch
 
 from .conv import conv_backward, conv_forward
 from .norm import gated_norm_backward, gated_norm_forward
-from .ssd_scan import ScanArgs, default_chunk, scan_backward, scan_forward, sum_heads
+from . import ssd_scan
+from .ssd_scan import ScanArgs, scan_backward, scan_forward, sum_heads
 
 Tensor = torch.Tensor
 
@@ -41,15 +42,14 @@ def _views(zxbcdt: Tensor, dims: MixerDims):
 
 
 def _scan_args(xbc2: Tensor, dt: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor,
-               dims: MixerDims) -> ScanArgs:
+               dims: MixerDims, chunk: int) -> ScanArgs:
     batch, seqlen, ndir, _ = xbc2.shape
     di, G, N, P = dims.d_inner, dims.ngroups, dims.d_state, dims.headdim
     x = xbc2[..., :di].view(batch, seqlen, ndir, di // P, P)
     B = xbc2[..., di:di + G * N].view(batch, seqlen, ndir, G, N)
     C = xbc2[..., di + G * N:].view(batch, seqlen, ndir, G, N)
     D = D.float()[:, None].expand(-1, P).contiguous()
-    return ScanArgs(x, B, C, dt, dt_bias.float().contiguous(), A, D, True,
-                    default_chunk(seqlen))
+    return ScanArgs(x, B, C, dt, dt_bias.float().contiguous(), A, D, True, chunk)
 
 
 class _MixerCore(torch.autograd.Function):
@@ -64,7 +64,7 @@ class _MixerCore(torch.autograd.Function):
         xbc2 = conv_forward(xBC, w32, b32, zxbcdt.new_empty(
             batch, seqlen, dims.ndir, xBC.shape[-1]))
         A = -torch.exp(A_log.float())
-        args = _scan_args(xbc2, dt, dt_bias, A, D, dims)
+        args = _scan_args(xbc2, dt, dt_bias, A, D, dims, ssd_scan.default_chunk(seqlen))
         y2 = zxbcdt.new_empty(batch, seqlen, dims.ndir, dims.d_inner)
         scan_forward(args, y2.view(args.x.shape))
         out = zxbcdt.new_empty(batch, seqlen, dims.d_inner)
@@ -89,7 +89,8 @@ class _MixerCore(torch.autograd.Function):
         xbc2 = conv_forward(xBC, w32, b32, zxbcdt.new_empty(
             batch, seqlen, dims.ndir, xBC.shape[-1]))
         A = -torch.exp(A_log.float())
-        args = _scan_args(xbc2, dt, dt_bias, A, D, dims)
+        args = _scan_args(xbc2, dt, dt_bias, A, D, dims,
+                          ssd_scan.default_backward_chunk(seqlen))
 
         dzxbcdt = torch.empty_like(zxbcdt)
         dz, dxBC, ddt_raw = _views(dzxbcdt, dims)
