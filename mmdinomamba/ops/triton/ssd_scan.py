@@ -73,6 +73,32 @@ def _load_chunk(c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base
 
 
 @triton.jit
+def _program_bases(slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, y_ptr,
+                   s_xb, s_xd, s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th,
+                   s_yb, s_yd, s_yh):
+    """Whether a slot scans backwards, and its base pointers into x, B, C, dt and a
+    tensor laid out like y (y, dy), for image b."""
+    d = slot // nheads
+    h = slot % nheads
+    g = h // heads_per_group
+    return (d == 1, x_ptr + b * s_xb + d * s_xd + h * s_xh,
+            B_ptr + b * s_Bb + d * s_Bd + g * s_Bg, C_ptr + b * s_Cb + d * s_Cd + g * s_Cg,
+            dt_ptr + b * s_tb + h * s_th, y_ptr + b * s_yb + d * s_yd + h * s_yh)
+
+
+@triton.jit
+def _tile_offsets(CHUNK: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                  HEADDIM: tl.constexpr, DSTATE: tl.constexpr):
+    """Token, head-channel and state offsets with their masks, and the flat offsets
+    of a (BLOCK_P, BLOCK_N) state tile."""
+    offs_q = tl.arange(0, CHUNK)
+    offs_p = tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    return (offs_q, offs_p, offs_n, offs_p < HEADDIM, offs_n < DSTATE,
+            offs_p[:, None] * BLOCK_N + offs_n[None, :])
+
+
+@triton.jit
 def _ssd_fwd_kernel(
         x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, y_ptr,
         init_ptr, final_ptr, total_ptr,
@@ -95,22 +121,11 @@ def _ssd_fwd_kernel(
     b = tl.program_id(1).to(tl.int64)
     seg = tl.program_id(2)
     nseg = tl.num_programs(2)
-    d = slot // nheads
-    h = slot % nheads
-    g = h // heads_per_group
-    reverse = d == 1
-    x_base = x_ptr + b * s_xb + d * s_xd + h * s_xh
-    B_base = B_ptr + b * s_Bb + d * s_Bd + g * s_Bg
-    C_base = C_ptr + b * s_Cb + d * s_Cd + g * s_Cg
-    dt_base = dt_ptr + b * s_tb + h * s_th
-    y_base = y_ptr + b * s_yb + d * s_yd + h * s_yh
-
-    offs_q = tl.arange(0, CHUNK)
-    offs_p = tl.arange(0, BLOCK_P)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_p = offs_p < HEADDIM
-    mask_n = offs_n < DSTATE
-    offs_state = offs_p[:, None] * BLOCK_N + offs_n[None, :]
+    reverse, x_base, B_base, C_base, dt_base, y_base = _program_bases(
+        slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, y_ptr, s_xb, s_xd,
+        s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_yb, s_yd, s_yh)
+    offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
+        CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     seg_row = (b * nslots + slot) * nseg + seg
     causal = offs_q[:, None] >= offs_q[None, :]
     A = tl.load(A_ptr + slot).to(tl.float32)
@@ -174,21 +189,11 @@ def _ssd_bwd_states_kernel(
     """
     slot = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
-    d = slot // nheads
-    h = slot % nheads
-    g = h // heads_per_group
-    reverse = d == 1
-    x_base = x_ptr + b * s_xb + d * s_xd + h * s_xh
-    B_base = B_ptr + b * s_Bb + d * s_Bd + g * s_Bg
-    C_base = C_ptr + b * s_Cb + d * s_Cd + g * s_Cg
-    dt_base = dt_ptr + b * s_tb + h * s_th
-    dy_base = dy_ptr + b * s_yb + d * s_yd + h * s_yh
-    offs_q = tl.arange(0, CHUNK)
-    offs_p = tl.arange(0, BLOCK_P)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_p = offs_p < HEADDIM
-    mask_n = offs_n < DSTATE
-    offs_state = offs_p[:, None] * BLOCK_N + offs_n[None, :]
+    reverse, x_base, B_base, C_base, dt_base, dy_base = _program_bases(
+        slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, dy_ptr, s_xb,
+        s_xd, s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_yb, s_yd, s_yh)
+    offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
+        CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     state_base = (b * nslots + slot) * nchunks * BLOCK_P * BLOCK_N
     A = tl.load(A_ptr + slot).to(tl.float32)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
@@ -245,22 +250,12 @@ def _ssd_bwd_chunk_kernel(
     slot = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     c = tl.program_id(2)
-    d = slot // nheads
-    h = slot % nheads
-    g = h // heads_per_group
-    reverse = d == 1
-    x_base = x_ptr + b * s_xb + d * s_xd + h * s_xh
-    B_base = B_ptr + b * s_Bb + d * s_Bd + g * s_Bg
-    C_base = C_ptr + b * s_Cb + d * s_Cd + g * s_Cg
-    dt_base = dt_ptr + b * s_tb + h * s_th
-    dy_base = dy_ptr + b * s_yb + d * s_yd + h * s_yh
-    dx_base = dx_ptr + b * s_gb + d * s_gd + h * s_gh
-    offs_q = tl.arange(0, CHUNK)
-    offs_p = tl.arange(0, BLOCK_P)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_p = offs_p < HEADDIM
-    mask_n = offs_n < DSTATE
-    offs_state = offs_p[:, None] * BLOCK_N + offs_n[None, :]
+    reverse, x_base, B_base, C_base, dt_base, dy_base = _program_bases(
+        slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, dy_ptr, s_xb,
+        s_xd, s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_yb, s_yd, s_yh)
+    dx_base = dx_ptr + b * s_gb + (slot // nheads) * s_gd + (slot % nheads) * s_gh
+    offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
+        CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     causal = offs_q[:, None] >= offs_q[None, :]
     row = (b * nslots + slot) * nchunks + c  # (image, slot, chunk) of the partials
     A = tl.load(A_ptr + slot).to(tl.float32)
