@@ -50,26 +50,56 @@ def softplus_fp32(x):
 
 
 @triton.jit
-def _load_chunk(c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
-                C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n,
-                CHUNK: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
-    """One chunk in scan order: raw dt + bias, dt, dt * A, x, B, C and the token mask."""
+def _chunk_positions(c, seqlen, reverse, offs_q, CHUNK: tl.constexpr):
+    """Token mask and sequence positions of chunk c in scan order (a chunk outside
+    the sequence, e.g. the one after the last, is all masked)."""
     t = c * CHUNK + offs_q
-    valid = t < seqlen
-    pos = tl.where(reverse, seqlen - 1 - t, t)
-    raw = tl.load(dt_base + pos * s_tl, mask=valid, other=0.).to(tl.float32) + bias
+    valid = (t >= 0) & (t < seqlen)
+    return valid, tl.where(reverse, seqlen - 1 - t, t)
+
+
+@triton.jit
+def _load_rows(base, stride, pos, valid, offs, mask):
+    """The (chunk, width) tile of rows ``pos`` (0 where masked)."""
+    return tl.load(base + pos[:, None] * stride + offs[None, :],
+                   mask=valid[:, None] & mask[None, :], other=0.)
+
+
+@triton.jit
+def _load_raw(c, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
+              offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK: tl.constexpr):
+    """The loads of one chunk in scan order, nothing computed from them: positions,
+    token mask, raw dt, x, B, C. Split from :func:`_chunk_steps` so that a loop can
+    issue the next chunk's loads before it computes on the current one."""
+    valid, pos = _chunk_positions(c, seqlen, reverse, offs_q, CHUNK)
+    raw = tl.load(dt_base + pos * s_tl, mask=valid, other=0.)
+    return (pos, valid, raw, _load_rows(x_base, s_xl, pos, valid, offs_p, mask_p),
+            _load_rows(B_base, s_Bl, pos, valid, offs_n, mask_n),
+            _load_rows(C_base, s_Cl, pos, valid, offs_n, mask_n))
+
+
+@triton.jit
+def _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS: tl.constexpr):
+    """From the loaded raw dt: raw dt + bias (float32), dt and dt * A (0 off the mask)."""
+    raw = raw.to(tl.float32) + bias
     if DT_SOFTPLUS:
         dt = softplus_fp32(raw)
     else:
         dt = raw
     dt = tl.where(valid, dt, 0.)
-    x = tl.load(x_base + pos[:, None] * s_xl + offs_p[None, :],
-                mask=valid[:, None] & mask_p[None, :], other=0.)
-    Bt = tl.load(B_base + pos[:, None] * s_Bl + offs_n[None, :],
-                 mask=valid[:, None] & mask_n[None, :], other=0.)
-    Ct = tl.load(C_base + pos[:, None] * s_Cl + offs_n[None, :],
-                 mask=valid[:, None] & mask_n[None, :], other=0.)
-    return pos, valid, raw, dt, dt * A, x, Bt, Ct
+    return raw, dt, dt * A
+
+
+@triton.jit
+def _load_chunk(c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
+                C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n,
+                CHUNK: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+    """One chunk in scan order: raw dt + bias, dt, dt * A, x, B, C and the token mask."""
+    pos, valid, raw, x, Bt, Ct = _load_raw(c, seqlen, reverse, dt_base, s_tl, x_base,
+                                           s_xl, B_base, s_Bl, C_base, s_Cl, offs_q,
+                                           offs_p, offs_n, mask_p, mask_n, CHUNK)
+    raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
+    return pos, valid, raw, dt, a, x, Bt, Ct
 
 
 @triton.jit
@@ -139,10 +169,17 @@ def _ssd_fwd_kernel(
     total = 0.
     c_start = seg * seg_chunks
     c_end = tl.minimum(c_start + seg_chunks, tl.cdiv(seqlen, CHUNK))
+    # chunk c + 1's loads are issued before chunk c's arithmetic (a chunk past the
+    # end loads nothing: every token is masked)
+    n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
+        c_start, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
+        offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
     for c in range(c_start, c_end):
-        pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
-            c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
-            C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK, DT_SOFTPLUS)
+        pos, valid, raw, x, Bt, Ct = n_pos, n_valid, n_raw, n_x, n_B, n_C
+        n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
+            c + 1, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base,
+            s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
+        raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         gcs = tl.cumsum(a, 0)
         glast = tl.sum(a, 0)
         xdt = x.to(tl.float32) * dt[:, None]
@@ -172,7 +209,7 @@ def _ssd_fwd_kernel(
 @triton.jit
 def _ssd_bwd_states_kernel(
         x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, dy_ptr, hin_ptr, dout_ptr,
-        seqlen, nheads, heads_per_group, nslots, nchunks,
+        carry_ptr, seqlen, nheads, heads_per_group, nslots, nchunks,
         s_xb, s_xl, s_xd, s_xh,
         s_Bb, s_Bl, s_Bd, s_Bg,
         s_Cb, s_Cl, s_Cd, s_Cg,
@@ -185,7 +222,9 @@ def _ssd_bwd_states_kernel(
 
     Forward sweep: ``hin[c]``, the state entering chunk c. Reverse sweep:
     ``dout[c]``, the gradient of the loss with respect to the state leaving chunk
-    c, carried backwards as ``dout[c - 1] = exp(g_last) dout[c] + (dy o exp(g))^T C``.
+    c, carried backwards as ``dout[c - 1] = exp(g_last) dout[c] + (dy o exp(g))^T C``,
+    and ``carry[c] = sum(dout[c] o hin[c])`` (the gradient of the chunk's total decay
+    through the state it carries), with dout still in float32.
     """
     slot = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -199,39 +238,56 @@ def _ssd_bwd_states_kernel(
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
     state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
+        0, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
+        offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
     for c in range(0, nchunks):
         tl.store(hin_ptr + state_base + c * BLOCK_P * BLOCK_N + offs_state,
                  state.to(hin_ptr.dtype.element_ty))
-        pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
-            c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
-            C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK, DT_SOFTPLUS)
+        valid, raw, x, Bt = n_valid, n_raw, n_x, n_B
+        n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
+            c + 1, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base,
+            s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
+        raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         gcs = tl.cumsum(a, 0)
         glast = tl.sum(a, 0)
         xdt = x.to(tl.float32) * (dt * tl.exp(glast - gcs))[:, None]
         state = state * tl.exp(glast) + tl.dot(tl.trans(xdt.to(x.dtype)), Bt,
                                                input_precision=DOT_PREC)
 
+    tl.debug_barrier()  # the reverse sweep reads hin written by other threads
     dstate = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    # the same prefetch, of dt, dy, C and hin
+    n_valid, n_pos = _chunk_positions(nchunks - 1, seqlen, reverse, offs_q, CHUNK)
+    n_raw = tl.load(dt_base + n_pos * s_tl, mask=n_valid, other=0.)
+    n_dy = _load_rows(dy_base, s_yl, n_pos, n_valid, offs_p, mask_p)
+    n_C = _load_rows(C_base, s_Cl, n_pos, n_valid, offs_n, mask_n)
+    n_h = tl.load(hin_ptr + state_base + (nchunks - 1) * BLOCK_P * BLOCK_N + offs_state)
     for ci in range(0, nchunks):
         c = nchunks - 1 - ci
         tl.store(dout_ptr + state_base + c * BLOCK_P * BLOCK_N + offs_state,
                  dstate.to(dout_ptr.dtype.element_ty))
-        pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
-            c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
-            C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK, DT_SOFTPLUS)
-        dy = tl.load(dy_base + pos[:, None] * s_yl + offs_p[None, :],
-                     mask=valid[:, None] & mask_p[None, :], other=0.)
+        valid, raw, dy, Ct, h_in = n_valid, n_raw, n_dy, n_C, n_h
+        n_valid, n_pos = _chunk_positions(c - 1, seqlen, reverse, offs_q, CHUNK)
+        n_raw = tl.load(dt_base + n_pos * s_tl, mask=n_valid, other=0.)
+        n_dy = _load_rows(dy_base, s_yl, n_pos, n_valid, offs_p, mask_p)
+        n_C = _load_rows(C_base, s_Cl, n_pos, n_valid, offs_n, mask_n)
+        n_h = tl.load(hin_ptr + state_base + (c - 1) * BLOCK_P * BLOCK_N + offs_state,
+                      mask=(offs_state >= 0) & (c > 0), other=0.)
+        tl.store(carry_ptr + (b * nslots + slot) * nchunks + c,
+                 tl.sum(tl.sum(dstate * h_in.to(tl.float32), 1), 0))
+        raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         gcs = tl.cumsum(a, 0)
         glast = tl.sum(a, 0)
         dye = dy.to(tl.float32) * tl.exp(gcs)[:, None]
-        dstate = dstate * tl.exp(glast) + tl.dot(tl.trans(dye.to(x.dtype)), Ct,
+        dstate = dstate * tl.exp(glast) + tl.dot(tl.trans(dye.to(dy.dtype)), Ct,
                                                  input_precision=DOT_PREC)
 
 
 @triton.jit
 def _ssd_bwd_chunk_kernel(
         x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, dy_ptr, hin_ptr,
-        dout_ptr, dx_ptr, dB_ptr, dC_ptr, ddt_ptr, dA_ptr, dbias_ptr, dD_ptr,
+        dout_ptr, carry_ptr, dx_ptr, dB_ptr, dC_ptr, ddt_ptr, dA_ptr, dbias_ptr, dD_ptr,
         seqlen, nheads, heads_per_group, nslots, nchunks,
         s_xb, s_xl, s_xd, s_xh,
         s_Bb, s_Bl, s_Bd, s_Bg,
@@ -244,8 +300,9 @@ def _ssd_bwd_chunk_kernel(
         HAS_D: tl.constexpr, DOT_PREC: tl.constexpr):
     """Backward pass 2, one program per (slot, image, chunk), all independent.
 
-    From the chunk's inputs, ``dy``, ``hin[c]`` and ``dout[c]`` (pass 1): dx, and
-    per slot dB, dC, d(raw dt); per chunk the partial sums of dA, d(dt_bias), dD.
+    From the chunk's inputs, ``dy``, and ``hin[c]``, ``dout[c]`` and ``carry[c]``
+    (pass 1): dx, and per slot dB, dC, d(raw dt); per chunk the partial sums of dA,
+    d(dt_bias), dD.
     """
     slot = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
@@ -297,8 +354,7 @@ def _ssd_bwd_chunk_kernel(
     GB = tl.dot(Bt, tl.trans(dstate.to(x.dtype)), input_precision=DOT_PREC)
     dX += to_end[:, None] * GB
     term = to_end * tl.sum(xdt.to(tl.float32) * GB, 1)
-    carried = tl.sum(tl.sum(dstate.to(tl.float32) * h_in.to(tl.float32), 1), 0)
-    at_end = tl.sum(term, 0) + tl.exp(glast) * carried
+    at_end = tl.sum(term, 0) + tl.exp(glast) * tl.load(carry_ptr + row)
     dg += tl.where(offs_q == CHUNK - 1, at_end, 0.) - term
     # g = cumsum(a): da_k = sum_{i >= k} dg_i
     da = tl.sum(tl.where(offs_q[None, :] >= offs_q[:, None], dg[None, :], 0.), 1)
@@ -474,6 +530,7 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
     hin = torch.empty(batch, nslots, nchunks, const['BLOCK_P'], const['BLOCK_N'],
                       device=args.x.device, dtype=args.x.dtype)
     dout = torch.empty_like(hin)
+    carry = torch.empty(batch, nslots, nchunks, **kw)
     # per-slot partials in x's dtype: summed over heads (in fp32) into a gradient
     # of that dtype anyway, and half the bytes of fp32 for bf16 inputs
     dB = torch.empty(batch, seqlen, nslots, args.dstate, device=args.x.device,
@@ -489,10 +546,11 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
               *args.common()[3:], *[dy.stride(i) for i in range(4)])
     const_states = {k: v for k, v in const.items() if k != 'HAS_D'}
     _ssd_bwd_states_kernel[(nslots, batch)](
-        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, dy, hin, dout, *common,
+        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, dy, hin, dout, carry,
+        *common,
         num_warps=states_warps, **const_states)
     _ssd_bwd_chunk_kernel[(nslots, batch, nchunks)](
-        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, dy, hin, dout,
+        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, dy, hin, dout, carry,
         dx, dB, dC, ddt, dA, dbias, dD if dD is not None else dA, *common,
         *[dx.stride(i) for i in range(4)], num_warps=num_warps, **const)
     return (dB, dC, ddt, dA.sum(-1), dbias.sum(-1),
