@@ -24,8 +24,7 @@ from mmengine.structures import BaseDataElement
 
 from mmdinomamba.evaluation import BinaryAUC, binary_auc, foreground_mask
 from .activation_maps import ActivationMaps, layer_activation_maps
-from mmdinomamba.engine.checkpoint import write_atomic
-from .mixing_rank import _pyplot
+from .figures import pyplot, save_figure
 
 Tensor = torch.Tensor
 
@@ -173,7 +172,7 @@ def plot_map_grid(images: np.ndarray, labels: Sequence[Tensor], maps: Activation
         evaluator_cfg (dict, optional): BinaryAUC settings for the mask.
         dpi (int): resolution of the PNG; a tile is 1.25 inch wide. Defaults to 100.
     """
-    plt = _pyplot()
+    plt = pyplot()
     metric = _metric(evaluator_cfg, True)
     batch, num_heads, height, width = maps.heads.shape
     cols = num_heads + 3
@@ -206,8 +205,7 @@ def plot_map_grid(images: np.ndarray, labels: Sequence[Tensor], maps: Activation
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format='png'))
-    plt.close(fig)
+    save_figure(fig, path, dpi=dpi)
 
 
 def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
@@ -218,7 +216,7 @@ def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
         path (str): PNG file to write.
         title (str): figure title.
     """
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
     x = [r['layer'] + 1 for r in rows]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -240,6 +238,5 @@ def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format='png'))
-    plt.close(fig)
+    save_figure(fig, path)
 

@@ -44,6 +44,7 @@ from mmengine.logging import print_log
 
 from mmdinomamba.engine.checkpoint import write_atomic
 
+from .figures import pyplot, save_figure
 from .mixing import (MixerInfo, backbone_layers, capture_mixer_inputs, find_mixer,
                      mixer_info, mixing_matrices, normalise_layers, ssd_decay_masks)
 from .rank import (block_rank_summary, block_ranks, chunk_sizes, default_rtol,
@@ -488,20 +489,9 @@ def _layer_colours(n: int):
     return [cmap(i / max(n - 1, 1)) for i in range(n)]
 
 
-def _pyplot():
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def _matrix_name(summary: dict) -> str:
     return summary['kind'] if summary['key'] == 'attention' else \
         f"{summary['kind']} {summary['key']}"
-
-
-def _save(fig, path: str) -> None:
-    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format='png'))
 
 
 def plot_spectra(report: RankReport, path: str, title: str = '') -> None:
@@ -511,7 +501,7 @@ def plot_spectra(report: RankReport, path: str, title: str = '') -> None:
     dotted line is the default relative rank tolerance of the whole matrix
     (or ``rtol`` when given), the dashed line a rank bound below seqlen.
     """
-    plt = _pyplot()
+    plt = pyplot()
     keys = list(dict.fromkeys(s['key'] for s in report.summary))
     layers = report.meta['layers']
     fig, axes = plt.subplots(1, len(keys), figsize=(max(4.4 * len(keys), 6.0), 4.0),
@@ -542,13 +532,12 @@ def plot_spectra(report: RankReport, path: str, title: str = '') -> None:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_rank_vs_layer(report: RankReport, path: str, title: str = '') -> None:
     """Whole-matrix rank and off-diagonal block rank against layer, with bounds."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator
     keys = list(dict.fromkeys(s['key'] for s in report.summary))
     fig, (ax_g, ax_o) = plt.subplots(1, 2, figsize=(10.5, 4))
@@ -593,8 +582,7 @@ def plot_rank_vs_layer(report: RankReport, path: str, title: str = '') -> None:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_report(report: RankReport, out_dir: str, title: str = '') -> Dict[str, str]:
