@@ -85,6 +85,34 @@ def test_ssd_triton_matches_reference(shape, dtype, tol):
     assert max(errors.values()) < tol, errors
 
 
+@pytest.mark.parametrize('seed', range(4))
+@pytest.mark.parametrize('shape', [(2, 198, 4, 64, 1, 64), (1, 1026, 2, 64, 1, 64)])
+def test_bf16_sum_gradients_as_accurate_as_the_pytorch_path(shape, seed):
+    """dA, dD and d(dt_bias) sum over every token, with cancellation, so their bf16
+    error is set by the inputs; the bound is relative to the error of the PyTorch
+    chunked path on the same bf16 inputs (both against float64). Measured on an H200
+    with this computation: at most 2.5x for dA, 1x for dD, 4.75x (0.0019 against
+    0.0004) for d(dt_bias); the bound is 4x + 1e-3."""
+    from mmdinomamba.ops.triton import ssd_triton
+    inputs = _scan_inputs(*shape, dtype=torch.bfloat16, seed=sum(shape))
+    grads_of = ('A', 'D', 'dt_bias')
+    ref_in = {k: v.double().requires_grad_(k in grads_of) for k, v in inputs.items()}
+    y_ref = ssd_chunked(**ref_in, dt_softplus=True, chunk_size=64)
+    dy = torch.randn(y_ref.shape, generator=torch.Generator().manual_seed(seed),
+                     dtype=y_ref.dtype)
+    g_ref = torch.autograd.grad(y_ref, [ref_in[k] for k in grads_of], dy)
+    errors = {}
+    for device in ('cpu', 'cuda'):
+        lp = {k: v.to(device).requires_grad_(k in grads_of) for k, v in inputs.items()}
+        y = (ssd_chunked(**lp, dt_softplus=True, chunk_size=64) if device == 'cpu'
+             else ssd_triton(**lp, dt_softplus=True))
+        g = torch.autograd.grad(y, [lp[k] for k in grads_of],
+                                dy.to(device, torch.bfloat16))
+        errors[device] = {k: rel(a.cpu(), b) for k, a, b in zip(grads_of, g, g_ref)}
+    for k in grads_of:
+        assert errors['cuda'][k] <= 4 * errors['cpu'][k] + 1e-3, (k, errors)
+
+
 @pytest.mark.parametrize('chunk', [16, 32, 64, 128])
 def test_ssd_triton_chunk_size_does_not_change_result(chunk):
     """Every tile size computes the same function (fp32, so differences are rounding)."""

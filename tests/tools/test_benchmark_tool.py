@@ -69,3 +69,25 @@ def test_cli_writes_json(bench, tmp_path):
     assert rows['chunked']['fwd_ms'] > 0 and rows['ref']['fwd_bwd_ms'] > 0
     assert 'CUDA' in rows['triton']['error']  # no GPU here: reported, not raised
     assert list(tmp_path.joinpath('res').iterdir()) == [out]  # no temp files left
+
+
+def test_profile_mode_splits_a_step_by_operator(bench, tmp_path):
+    bench.MODELS['tiny-test'] = TINY
+    try:
+        out = tmp_path / 'prof.json'
+        data = bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
+                           '--iters', '2', '--out', str(out), 'profile', '--model',
+                           'tiny-test', '--size', '32', '--batch', '2', '--step', 'train',
+                           '--top', '5'])
+    finally:
+        del bench.MODELS['tiny-test']
+    rows = data['rows']
+    times = [r['ms_per_step'] for r in rows]
+    assert times == sorted(times, reverse=True) and times[-1] > 0
+    names = {r['name'] for r in rows}
+    # a training step: the projections' matrix products, their backward, AdamW
+    assert any('mm' in n for n in names), sorted(names)[:20]
+    assert any('Backward' in n or 'backward' in n for n in names)
+    assert json.loads(out.read_text())['settings']['step'] == 'train'
+    with pytest.raises(ValueError, match="step must be 'infer' or 'train'"):
+        bench.profile_model(TINY, 32, 1, torch.device('cpu'), None, 'eval', 0, 1)

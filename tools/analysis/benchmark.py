@@ -1,6 +1,6 @@
 """Speed and memory of the backbones, and of the SSD op alone.
 
-Two modes, each measured in one process so that ratios compare like with like:
+Three modes, each measured in one process so that ratios compare like with like:
 
 * ``models``: for each backbone, input size and batch size, inference throughput
   (``torch.no_grad``, autocast), training-step throughput (forward, backward and
@@ -10,7 +10,9 @@ Two modes, each measured in one process so that ratios compare like with like:
   mmpretrain's ``VisionTransformer`` when it imports, else timm's
   ``vit_base_patch16_224``, which uses PyTorch's SDPA attention);
 * ``kernel``: the SSD op (:func:`mmdinomamba.ops.ssd`) on its own, forward and
-  forward + backward, for each backend that runs on the device.
+  forward + backward, for each backend that runs on the device;
+* ``profile``: where one inference or training step of one model spends its
+  time, per kernel (``torch.profiler``; per operator on a CPU).
 
 Every timing is the median over ``--repeats`` timed runs of ``--iters`` steps each,
 after ``--warmup`` untimed steps, with the device synchronised around each run.
@@ -21,6 +23,7 @@ Examples::
     python tools/analysis/benchmark.py models --sizes 224 1024 --batch-sizes 128 4 \\
         --out work_dirs/benchmark.json
     python tools/analysis/benchmark.py kernel --batch 128 --seqlen 198
+    python tools/analysis/benchmark.py profile --model dinovim-b --step train
 """
 import argparse
 import datetime
@@ -368,6 +371,51 @@ def run_kernel(backends: Sequence[str], batch: int, seqlen: int, nheads: int,
 
 
 # --------------------------------------------------------------------------- #
+# Profile mode
+# --------------------------------------------------------------------------- #
+def profile_model(spec: dict, img_size: int, batch: int, device: torch.device,
+                  amp: Optional[torch.dtype], step: str, warmup: int,
+                  iters: int) -> List[dict]:
+    """Where one step's time goes, per kernel (CUDA) or per operator (CPU).
+
+    Runs ``warmup`` steps, then profiles ``iters`` steps with ``torch.profiler``:
+    on CUDA the device time of each kernel, on the CPU the self time of each
+    operator. Returns rows ``name, ms_per_step, calls_per_step``, largest first.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    if step not in ('infer', 'train'):
+        raise ValueError(f"benchmark: step must be 'infer' or 'train', got {step!r}")
+    model = build_model(spec, img_size).to(device).train(step == 'train')
+    x = torch.randn(batch, 3, img_size, img_size, device=device)
+    fn = _steps(model, x, device, amp, graph=False)[step == 'train']
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    cuda = device.type == 'cuda'
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(iters):
+            fn()
+        synchronize(device)
+    rows = []
+    for event in prof.key_averages():
+        total_us = event.device_time_total if cuda else event.self_cpu_time_total
+        if total_us > 0:
+            rows.append(dict(name=event.key, ms_per_step=total_us / iters / 1e3,
+                             calls_per_step=event.count / iters))
+    return sorted(rows, key=lambda r: -r['ms_per_step'])
+
+
+def format_profile(rows: List[dict], top: int) -> str:
+    total = sum(r['ms_per_step'] for r in rows)
+    lines = [f'total {total:.3f} ms per step; the {min(top, len(rows))} largest:',
+             f"{'ms/step':>9} {'share':>6} {'calls':>6}  name"]
+    for r in rows[:top]:
+        lines.append(f"{r['ms_per_step']:9.3f} {r['ms_per_step'] / total:6.1%} "
+                     f"{r['calls_per_step']:6.0f}  {r['name'][:90]}")
+    return '\n'.join(lines)
+
+
+# --------------------------------------------------------------------------- #
 # CLI
 # --------------------------------------------------------------------------- #
 def environment(device: torch.device) -> dict:
@@ -420,6 +468,12 @@ def parse_args(argv=None):
     k.add_argument('--headdim', type=int, default=64)
     k.add_argument('--dstate', type=int, default=64)
     k.add_argument('--ngroups', type=int, default=1)
+    p = sub.add_parser('profile', help='time per kernel of one step of one model')
+    p.add_argument('--model', choices=sorted(MODELS), default='dinovim-b')
+    p.add_argument('--size', type=int, default=224)
+    p.add_argument('--batch', type=int, default=128)
+    p.add_argument('--step', choices=['infer', 'train'], default='train')
+    p.add_argument('--top', type=int, default=20, help='rows to print')
     return parser.parse_args(argv)
 
 
@@ -448,6 +502,13 @@ def main(argv=None) -> dict:
                           args.cuda_graph)
         result['rows'] = rows
         print(format_table(rows, baseline))
+    elif args.mode == 'profile':
+        result['settings'].update(model=args.model, size=args.size, batch=args.batch,
+                                  step=args.step)
+        rows = profile_model(MODELS[args.model], args.size, args.batch, device, amp,
+                             args.step, args.warmup, args.iters)
+        result['rows'] = rows
+        print(format_profile(rows, args.top))
     else:
         rows = run_kernel(args.backends, args.batch, args.seqlen, args.nheads,
                           args.headdim, args.dstate, args.ngroups, device,
