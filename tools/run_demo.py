@@ -65,6 +65,19 @@ def epoch_losses(records: List[dict]) -> Dict[int, float]:
     return {e: sum(v) / len(v) for e, v in sorted(per_epoch.items())}
 
 
+def loss_fell(name: str, curve: Dict[int, float]) -> str:
+    """``'<name> loss: first (epoch i) -> last (epoch j)'``; exits (status 1) unless
+    the last epoch's mean loss is below the first's."""
+    if not curve:
+        sys.exit(f'no {name} loss was logged')
+    first, last = curve[min(curve)], curve[max(curve)]
+    summary = (f'{name} loss: {first:.2f} (epoch {min(curve)}) -> {last:.2f} '
+               f'(epoch {max(curve)})')
+    if not last < first:
+        sys.exit(f'the {name} loss did not decrease: {summary}')
+    return summary
+
+
 def print_curve(losses: Dict[int, float]) -> None:
     print('      epoch: ' + ' '.join(f'{e:>5d}' for e in losses))
     print('      loss:  ' + ' '.join(f'{v:5.2f}' for v in losses.values()))
@@ -142,12 +155,7 @@ def main(argv=None):
               'vis_data/scalars.json)')
     print()
     for name, curve in (('DINO', losses), ('linear-probe', probe_losses)):
-        first, last = curve[min(curve)], curve[max(curve)]
-        if not last < first:
-            sys.exit(f'the {name} loss did not decrease: {first:.3f} (epoch '
-                     f'{min(curve)}) -> {last:.3f} (epoch {max(curve)})')
-        print(f'{name} loss: {first:.2f} (epoch {min(curve)}) -> {last:.2f} '
-              f'(epoch {max(curve)})')
+        print(loss_fell(name, curve))
     print(f'(DINO: log K = {math.log(num_prototypes):.2f} is the loss of a uniform '
           'teacher and student)')
 

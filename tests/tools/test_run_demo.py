@@ -1,0 +1,32 @@
+"""The demo's checks, on made-up logs (the demo itself takes a minute: README)."""
+import importlib.util
+import os.path as osp
+
+import pytest
+
+PATH = osp.join(osp.dirname(__file__), '..', '..', 'tools', 'run_demo.py')
+
+
+@pytest.fixture(scope='module')
+def demo():
+    spec = importlib.util.spec_from_file_location('run_demo_tool', PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_epoch_losses_average_each_epoch(demo):
+    records = [dict(epoch=1, loss=7.0), dict(epoch=1, loss=6.0), dict(lr=0.1),
+               dict(epoch=2, loss=5.0), dict(epoch=2, accuracy=1.0)]
+    assert demo.epoch_losses(records) == {1: 6.5, 2: 5.0}
+
+
+def test_loss_fell_compares_first_and_last_epoch(demo):
+    # a rise in between is allowed: only the ends count
+    assert demo.loss_fell('DINO', {1: 7.11, 4: 7.5, 10: 5.94}) == \
+        'DINO loss: 7.11 (epoch 1) -> 5.94 (epoch 10)'
+    for curve in ({1: 6.08, 10: 6.60}, {1: 5.0, 2: 5.0}):
+        with pytest.raises(SystemExit, match='DINO loss did not decrease'):
+            demo.loss_fell('DINO', curve)
+    with pytest.raises(SystemExit, match='no probe loss was logged'):
+        demo.loss_fell('probe', {})
