@@ -1,5 +1,4 @@
 """DINO end to end on toy data: resume, DDP (gloo), frozen last layer."""
-import importlib.util
 import os
 import os.path as osp
 import subprocess
@@ -121,16 +120,12 @@ def test_last_layer_frozen_during_first_epoch(dino_runs):
     assert not torch.equal(final['head.' + key], before[key])
 
 
-def test_linear_probe_and_extractor_load_the_teacher(dino_runs, tmp_path):
+def test_linear_probe_and_extractor_load_the_teacher(dino_runs, tmp_path, load_tool):
     ckpt = str(dino_runs['tmp'] / 'full' / 'epoch_2.pth')
     teacher = {k[len('teacher.backbone.'):]: v for k, v in load(ckpt)['state_dict'].items()
                if k.startswith('teacher.backbone.')}
     out = str(tmp_path / 'teacher.pth')
-    spec = importlib.util.spec_from_file_location(
-        'extract_teacher', osp.join(ROOT, 'tools/model_converters/extract_teacher.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    tool.main([ckpt, out])
+    load_tool('tools/model_converters/extract_teacher.py').main([ckpt, out])
     extracted = load(out)
     assert extracted['meta']['epoch'] == 2 and extracted['meta']['branch'] == 'teacher'
     assert extracted['state_dict'].keys() == teacher.keys()

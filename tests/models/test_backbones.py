@@ -1,5 +1,4 @@
 """DinoVim and LinearViT: official fixtures, token layout, outputs, utilities."""
-import importlib.util
 import os.path as osp
 
 import pytest
@@ -13,12 +12,9 @@ ROOT = osp.join(osp.dirname(__file__), '..', '..')
 TINY_MIXER = dict(d_state=8, headdim=8, chunk_size=16)
 
 
-def load_converter():
-    path = osp.join(ROOT, 'tools', 'model_converters', 'dinomamba2mmdinomamba.py')
-    spec = importlib.util.spec_from_file_location('dinomamba_converter', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope='module')
+def convert(load_tool):
+    return load_tool('tools/model_converters/dinomamba2mmdinomamba.py').convert
 
 
 def tiny_vim(**kwargs):
@@ -47,7 +43,7 @@ def official(request):
     return torch.load(path), registers
 
 
-def test_reproduces_official_outputs(official, tmp_path):
+def test_reproduces_official_outputs(official, tmp_path, convert):
     """Official weights -> converter -> init_cfg Pretrained -> official outputs.
 
     Tolerance 1e-3 relative: the official kernels ran in float32 (agreement here
@@ -56,7 +52,7 @@ def test_reproduces_official_outputs(official, tmp_path):
     width; the result is the same function of the inputs.
     """
     data, registers = official
-    converted = load_converter().convert(data['state_dict'])
+    converted = convert(data['state_dict'])
     path = str(tmp_path / 'backbone.pth')
     torch.save(converted, path)
     model = DinoVim(arch=dict(embed_dims=256, num_layers=4), num_registers=registers,
@@ -76,17 +72,17 @@ def test_reproduces_official_outputs(official, tmp_path):
             assert rel_err(ours, theirs.double()) < 1e-3, tuple(x.shape)
 
 
-def test_converter_layouts_load_strictly(official):
+def test_converter_layouts_load_strictly(official, convert):
     """Plain and DINO (teacher/student) official layouts give the same strict dict."""
     data, registers = official
     state = data['state_dict']
-    plain = load_converter().convert(state)
+    plain = convert(state)
     assert not any(k.startswith('head.') for k in plain)
     wrapped = {f'module.backbone.{k}': v for k, v in plain.items()}
     wrapped['module.head.mlp.0.weight'] = torch.zeros(3, 3)
     student = {k: v + 1 for k, v in wrapped.items()}
     dino = {'teacher': wrapped, 'student': student, 'epoch': 3}
-    conv = load_converter().convert
+    conv = convert
     assert conv(dino).keys() == plain.keys()
     assert all(torch.equal(conv(dino)[k], plain[k]) for k in plain)
     assert all(torch.equal(conv(dino, 'student')[k], plain[k] + 1) for k in plain)
@@ -95,13 +91,13 @@ def test_converter_layouts_load_strictly(official):
     assert not result.missing_keys and not result.unexpected_keys
 
 
-def test_swapped_parameters_are_detected(official):
+def test_swapped_parameters_are_detected(official, convert):
     """The fixture is sensitive to swapped direction parameters (sanity of the test)."""
     data, registers = official
     state = dict(data['state_dict'])
     state['layers.0.mixer.D'], state['layers.0.mixer.D_b'] = (
         state['layers.0.mixer.D_b'], state['layers.0.mixer.D'])
-    converted = load_converter().convert(state)
+    converted = convert(state)
     model = DinoVim(arch=dict(embed_dims=256, num_layers=4), num_registers=registers,
                     mixer_cfg=dict(ssd_backend='chunked')).eval()
     model.load_state_dict(converted)
@@ -110,8 +106,8 @@ def test_swapped_parameters_are_detected(official):
         assert rel_err(model(case['input'])[0], case['output']) > 1e-3
 
 
-def test_converter_rejects_what_it_cannot_convert():
-    conv = load_converter().convert
+def test_converter_rejects_what_it_cannot_convert(convert):
+    conv = convert
     with pytest.raises(KeyError, match='teacher'):
         conv({'student': {'module.backbone.x': torch.zeros(1)}})
     with pytest.raises(ValueError, match='no backbone parameters'):

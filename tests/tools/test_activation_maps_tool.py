@@ -1,5 +1,4 @@
 """tools/analysis/activation_maps.py on the toy data: PNGs, JSON, consistency."""
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -17,12 +16,9 @@ REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 TOY_CONFIG = osp.join(REPO, 'configs', 'binary_auc', 'binary-auc_dinovim-toy-p8_toy.py')
 
 
-def load_tool():
-    path = osp.join(REPO, 'tools', 'analysis', 'activation_maps.py')
-    spec = importlib.util.spec_from_file_location('activation_maps_tool', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope='module')
+def tool(load_tool):
+    return load_tool('tools/analysis/activation_maps.py')
 
 
 @pytest.fixture(scope='module')
@@ -39,10 +35,10 @@ def toy(tmp_path_factory):
     return tmp, ckpt, options
 
 
-def test_tool_writes_readable_pngs_and_consistent_numbers(toy, capsys):
+def test_tool_writes_readable_pngs_and_consistent_numbers(toy, capsys, tool):
     tmp, ckpt, options = toy
     out = tmp / 'out'
-    paths = load_tool().main([TOY_CONFIG, ckpt, '--images', '2', '0', '1',
+    paths = tool.main([TOY_CONFIG, ckpt, '--images', '2', '0', '1',
                               '--curve-images', '3', '--out-dir', str(out),
                               '--device', 'cpu'] + options)
     # atomic writes leave exactly the three results behind
@@ -78,9 +74,8 @@ def test_tool_writes_readable_pngs_and_consistent_numbers(toy, capsys):
         [round(r['binary_auc'], 4) for r in rows]
 
 
-def test_tool_errors(toy, tmp_path):
+def test_tool_errors(toy, tmp_path, tool):
     _, ckpt, options = toy
-    tool = load_tool()
     with pytest.raises(FileNotFoundError, match='checkpoint not found'):
         tool.main([TOY_CONFIG, str(tmp_path / 'none.pth'), '--out-dir',
                    str(tmp_path)] + options)

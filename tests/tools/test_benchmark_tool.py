@@ -1,20 +1,12 @@
 """tools/analysis/benchmark.py on the CPU with tiny settings."""
-import importlib.util
 import json
-import os.path as osp
-
 import pytest
 import torch
 
-PATH = osp.join(osp.dirname(__file__), '..', '..', 'tools', 'analysis', 'benchmark.py')
-
 
 @pytest.fixture(scope='module')
-def bench():
-    spec = importlib.util.spec_from_file_location('benchmark_tool', PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_tool):
+    return load_tool('tools/analysis/benchmark.py')
 
 
 TINY = dict(type='DinoVim', arch=dict(embed_dims=64, num_layers=2),

@@ -1,15 +1,12 @@
 """tools/model_converters/extract_teacher.py on a key dump of a DINO checkpoint."""
-import importlib.util
-import os.path as osp
-
 import pytest
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-spec = importlib.util.spec_from_file_location(
-    'extract_teacher', osp.join(ROOT, 'tools/model_converters/extract_teacher.py'))
-extract_teacher = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(extract_teacher)
+
+@pytest.fixture(scope='module')
+def extract_teacher(load_tool):
+    return load_tool('tools/model_converters/extract_teacher.py')
+
 
 # the key layout of a DINO checkpoint's state_dict (values tell the branches apart)
 DUMP = {
@@ -24,20 +21,21 @@ DUMP = {
 
 
 @pytest.mark.parametrize('branch,values', [('teacher', (3.0, 4.0)), ('student', (1.0, 2.0))])
-def test_convert_keeps_one_backbone(branch, values):
+def test_convert_keeps_one_backbone(branch, values, extract_teacher):
     out = extract_teacher.convert(DUMP, branch)
     assert list(out) == ['pos_embed', 'layers.0.norm.weight']
     assert [float(v.flatten()[0]) for v in out.values()] == list(values)
 
 
-def test_convert_rejects_other_checkpoints():
+def test_convert_rejects_other_checkpoints(extract_teacher):
     with pytest.raises(ValueError, match='teacher.backbone'):
         extract_teacher.convert({'backbone.x': torch.zeros(1)})
     with pytest.raises(ValueError, match='branch'):
         extract_teacher.convert(DUMP, 'ema')
 
 
-def test_cli_writes_a_loadable_backbone_checkpoint(tmp_path, capsys):
+def test_cli_writes_a_loadable_backbone_checkpoint(tmp_path, capsys,
+                                                    extract_teacher):
     src, out = str(tmp_path / 'dino.pth'), str(tmp_path / 'sub' / 'teacher.pth')
     torch.save(dict(state_dict=DUMP, meta=dict(epoch=7, iter=70)), src)
     extract_teacher.main([src, out, '--student'])

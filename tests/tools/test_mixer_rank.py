@@ -1,6 +1,5 @@
 """tools/analysis/mixer_rank.py end to end on toy images, for the three mixers."""
 import csv
-import importlib.util
 import json
 import os.path as osp
 
@@ -10,12 +9,9 @@ from PIL import Image
 REPO = osp.join(osp.dirname(__file__), '..', '..')
 
 
-def load_tool():
-    path = osp.join(REPO, 'tools', 'analysis', 'mixer_rank.py')
-    spec = importlib.util.spec_from_file_location('mixer_rank_tool', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope='module')
+def tool(load_tool):
+    return load_tool('tools/analysis/mixer_rank.py')
 
 
 @pytest.mark.parametrize('config,kind,keys', [
@@ -23,9 +19,9 @@ def load_tool():
     ('linearvit-mini_p16_128px.py', 'linear', {'attention'}),
     ('vit-mini_p16_128px.py', 'softmax', {'attention'}),
 ])
-def test_tool_writes_table_and_plots(tmp_path, capsys, config, kind, keys):
+def test_tool_writes_table_and_plots(tmp_path, capsys, config, kind, keys, tool):
     out = tmp_path / 'rank'
-    paths = load_tool().main([
+    paths = tool.main([
         osp.join(REPO, 'configs', 'analysis', config), '--toy', '--num-images', '2',
         '--img-size', '64', '--layers', '0', '-1', '--chunk', '8', '--out-dir',
         str(out), '--device', 'cpu', '--no-progress'])
@@ -50,8 +46,8 @@ def test_tool_writes_table_and_plots(tmp_path, capsys, config, kind, keys):
     assert open(paths['table']).read().strip() in printed
 
 
-def test_tool_needs_an_image_source(tmp_path):
+def test_tool_needs_an_image_source(tmp_path, tool):
     with pytest.raises(SystemExit):
-        load_tool().main([osp.join(REPO, 'configs', 'analysis',
+        tool.main([osp.join(REPO, 'configs', 'analysis',
                                    'linearvit-mini_p16_128px.py'),
                           '--out-dir', str(tmp_path)])

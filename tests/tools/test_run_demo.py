@@ -1,18 +1,10 @@
 """The demo's checks, on made-up logs (the demo itself takes a minute: README)."""
-import importlib.util
-import os.path as osp
-
 import pytest
-
-PATH = osp.join(osp.dirname(__file__), '..', '..', 'tools', 'run_demo.py')
 
 
 @pytest.fixture(scope='module')
-def demo():
-    spec = importlib.util.spec_from_file_location('run_demo_tool', PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def demo(load_tool):
+    return load_tool('tools/run_demo.py')
 
 
 def test_epoch_losses_average_each_epoch(demo):
