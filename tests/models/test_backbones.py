@@ -4,7 +4,7 @@ import os.path as osp
 import pytest
 import torch
 
-from mmdinomamba.models.backbones import DinoVim, LinearViT, resize_pos_embed
+from mmdinomamba.models.backbones import DinoVim, LinearViT, PatchEmbed, resize_pos_embed
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
 
 FIXTURES = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures')
@@ -299,6 +299,19 @@ def test_pos_embed_resized_on_load():
     torch.testing.assert_close(dst.pos_embed, resize_pos_embed(src.pos_embed, (4, 4),
                                                                (6, 6), 1))
     torch.testing.assert_close(dst.pos_embed[:, 0], src.pos_embed[:, 0])
+
+
+@pytest.mark.parametrize('hw', [(32, 48), (37, 50)])
+def test_patch_embed_is_the_strided_convolution(hw):
+    """The matrix-product form equals torch's conv2d (stride = kernel), including
+    sizes that leave pixels past the last whole patch (dropped by both)."""
+    torch.manual_seed(0)
+    embed = PatchEmbed(3, 24, 8).double()
+    x = torch.randn(2, 3, *hw, dtype=torch.float64)
+    ref = torch.nn.functional.conv2d(x, embed.proj.weight, embed.proj.bias, stride=8)
+    out, grid = embed(x)
+    assert grid == tuple(ref.shape[-2:])
+    torch.testing.assert_close(out, ref.flatten(2).transpose(1, 2), rtol=1e-12, atol=1e-12)
 
 
 def test_resize_pos_embed_identity_and_interpolation():

