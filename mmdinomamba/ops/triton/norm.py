@@ -19,7 +19,12 @@ from .conv import row_align
 
 Tensor = torch.Tensor
 
-ROWS_PER_PROGRAM = 64
+# Rows per program of the backward kernels (each program also writes a partial
+# weight gradient). Measured on an H200 at DinoVim-B's 128 x 198 tokens, bf16:
+# gated norm 0.33 / 0.28 / 0.27 / 0.28 ms with 64 / 32 / 16 / 8 rows; add + norm
+# 0.17 / 0.14 / 0.18 ms with 64 / 32 / 16.
+GATED_NORM_ROWS = 16
+ADD_NORM_ROWS = 32
 
 
 # --------------------------------------------------------------------------- #
@@ -149,13 +154,13 @@ def gated_norm_backward(dout: Tensor, y: Tensor, z: Tensor, weight: Tensor,
     rows, ndir, dim = y.shape
     ngroups = rstd.shape[-1]
     blocks = _norm_blocks(dim, ngroups)
-    programs = triton.cdiv(rows, ROWS_PER_PROGRAM)
+    programs = triton.cdiv(rows, GATED_NORM_ROWS)
     dw = torch.empty(programs, ndir, dim, device=y.device, dtype=torch.float32)
     strides = (dout.stride(0), y.stride(0), y.stride(1), z.stride(0), dz.stride(0))
     align = row_align(y.element_size(), *strides)
     _gated_norm_bwd_kernel[(programs, )](
         dout, y, z, weight, rstd, dy, dz, dw, rows, *[s // align for s in strides],
-        NDIR=ndir, ROWS=ROWS_PER_PROGRAM, ROW_ALIGN=align, num_warps=_warps(blocks),
+        NDIR=ndir, ROWS=GATED_NORM_ROWS, ROW_ALIGN=align, num_warps=_warps(blocks),
         **blocks)
     return dw.sum(0)
 
@@ -236,7 +241,7 @@ class _AddRMSNorm(torch.autograd.Function):
         h_dtype, has_residual, w_dtype, shape = ctx.meta
         rows, dim = res_out.shape
         dx = torch.empty(rows, dim, device=res_out.device, dtype=torch.float32)
-        programs = triton.cdiv(rows, ROWS_PER_PROGRAM)
+        programs = triton.cdiv(rows, ADD_NORM_ROWS)
         dw = torch.empty(programs, dim, device=res_out.device, dtype=torch.float32)
         if dout is None:
             dout = torch.zeros(rows, dim, device=res_out.device, dtype=torch.float32)
@@ -244,7 +249,7 @@ class _AddRMSNorm(torch.autograd.Function):
         _add_norm_bwd_kernel[(programs, )](
             dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
             res_out, weight, rstd, dx, dw, rows, DIM=dim, BLOCK=block,
-            HAS_DRES=dres_out is not None, ROWS=ROWS_PER_PROGRAM,
+            HAS_DRES=dres_out is not None, ROWS=ADD_NORM_ROWS,
             num_warps=max(1, min(8, block // 256)))
         dx = dx.view(shape)
         dh = dx.to(h_dtype) if h_dtype != torch.float32 else dx.clone()
