@@ -238,12 +238,13 @@ def test_dinovim_fused_reproduces_official_fixtures(name, registers):
 
 
 def test_scan_work_splits_do_not_change_result():
-    """Forward segments and the chunk size only split the work: the results equal
-    the default kernels' (checked above against the reference) up to fp32
-    rounding."""
+    """Forward segments and channel blocks, and the backward's chunk size, only
+    split the work: the results equal the default kernels' (checked above against
+    the reference) up to fp32 rounding. 710 tokens leave a 6-token last chunk
+    (chunks 32 and 64), which the backward runs in a launch of its own."""
     from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
     torch.manual_seed(0)
-    batch, seqlen, nheads = 2, 700, 8
+    batch, seqlen, nheads = 2, 710, 8
     xbc = torch.randn(batch, seqlen, 2, nheads * 32 + 2 * 32, device='cuda')
     raw = torch.randn(batch, seqlen, nheads, device='cuda') - 1
     di = nheads * 32
@@ -258,10 +259,11 @@ def test_scan_work_splits_do_not_change_result():
                         A, D, True, chunk)
 
     shape = (batch, seqlen, 2, nheads, 32)
-    y1 = scan_forward(scan_args(32), torch.empty(shape, device='cuda'), segments=1)
-    for segments in (2, 7):
+    y1 = scan_forward(scan_args(32), torch.empty(shape, device='cuda'), segments=1,
+                      p_blocks=1)
+    for segments, p_blocks in ((2, 1), (7, 1), (1, 2), (7, 2)):
         y = scan_forward(scan_args(32), torch.empty(shape, device='cuda'),
-                         segments=segments)
+                         segments=segments, p_blocks=p_blocks)
         assert rel(y, y1) < 1e-5
     dy = torch.randn(shape, device='cuda')
     outs = {}

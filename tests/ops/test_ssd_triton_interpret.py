@@ -109,22 +109,30 @@ errors['conv.out'] = rel(out, ref)
 for name, a, b in zip(['x', 'w', 'b'], [dxc, dw, db], g_ref):
     errors['conv.d' + name] = rel(a, b)
 
-# work splits: segments of the forward scan; the chunk size of the backward
+# work splits: segments and channel blocks of the forward scan; the chunk size of
+# the backward (70
+# tokens: with chunk 32 the last 6 are a separate launch with a 16-token tile)
 from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
-xbc = torch.randn(1, 50, 2, 4 * 16 + 2 * 16)
-raw = torch.randn(1, 50, 4) - 1
+xbc = torch.randn(1, 70, 2, 4 * 16 + 2 * 16)
+raw = torch.randn(1, 70, 4) - 1
 def scan_args(chunk):
-    return ScanArgs(xbc[..., :64].view(1, 50, 2, 4, 16),
-                    xbc[..., 64:80].view(1, 50, 2, 1, 16),
-                    xbc[..., 80:].view(1, 50, 2, 1, 16), raw, bias8, A8, D8, True, chunk)
+    return ScanArgs(xbc[..., :64].view(1, 70, 2, 4, 16),
+                    xbc[..., 64:80].view(1, 70, 2, 1, 16),
+                    xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8, D8, True, chunk)
 bias8, A8, D8 = torch.randn(8), -torch.rand(8) * 4, torch.randn(8, 16)
-ys = [scan_forward(scan_args(16), torch.empty(1, 50, 2, 4, 16), segments=n)
+ys = [scan_forward(scan_args(16), torch.empty(1, 70, 2, 4, 16), segments=n)
       for n in (1, 3)]
 errors['segments3.y'] = rel(ys[1], ys[0])
-dy = torch.randn(1, 50, 2, 4, 16)
+x32 = torch.randn(1, 70, 2, 4, 32)
+args32 = ScanArgs(x32, xbc[..., 64:80].view(1, 70, 2, 1, 16),
+                  xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8,
+                  torch.randn(8, 32), True, 16)
+ys = [scan_forward(args32, torch.empty_like(x32), segments=3, p_blocks=n) for n in (1, 2)]
+errors['pblocks2.y'] = rel(ys[1], ys[0])
+dy = torch.randn(1, 70, 2, 4, 16)
 outs = []
 for chunk in (16, 32):
-    dx = torch.empty(1, 50, 2, 4, 16)
+    dx = torch.empty(1, 70, 2, 4, 16)
     outs.append([dx, *scan_backward(scan_args(chunk), dy, dx)])
 for name, a, b in zip('dx dB dC ddt dA dbias dD'.split(), outs[1], outs[0]):
     errors[f'chunk32.{name}'] = rel(a, b)
@@ -142,7 +150,7 @@ def test_triton_kernels_in_interpreter():
     expected = {'scan.y', 'scan.dz', 'scan.dA', 'scan.dD', 'mixer.y', 'mixer.du',
                 'mixer.dA_log_b', 'mixer.dconv1d_b.weight', 'mixer.dnorm_b.weight',
                 'mixer.din_proj.weight', 'addnorm.out', 'addnorm.dweight',
-                'segments3.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
+                'segments3.y', 'pblocks2.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
                 'conv.out', 'conv.dx', 'conv.dw', 'conv.db'}
     assert expected <= set(errors), sorted(errors)
     bad = {k: v for k, v in errors.items() if not v < TOL}

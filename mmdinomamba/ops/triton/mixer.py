@@ -41,14 +41,20 @@ def _views(zxbcdt: Tensor, dims: MixerDims):
             zxbcdt[..., di + conv_dim:])
 
 
-def _scan_args(xbc2: Tensor, dt: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor,
-               dims: MixerDims, chunk: int) -> ScanArgs:
+def _split_xbc(xbc2: Tensor, dims: MixerDims):
+    """x (batch, seqlen, ndir, nheads, headdim) and B, C (batch, seqlen, ndir,
+    ngroups, dstate): views of the conv output (or of its gradient)."""
     batch, seqlen, ndir, _ = xbc2.shape
     di, G, N, P = dims.d_inner, dims.ngroups, dims.d_state, dims.headdim
-    x = xbc2[..., :di].view(batch, seqlen, ndir, di // P, P)
-    B = xbc2[..., di:di + G * N].view(batch, seqlen, ndir, G, N)
-    C = xbc2[..., di + G * N:].view(batch, seqlen, ndir, G, N)
-    D = D.float()[:, None].expand(-1, P).contiguous()
+    return (xbc2[..., :di].view(batch, seqlen, ndir, di // P, P),
+            xbc2[..., di:di + G * N].view(batch, seqlen, ndir, G, N),
+            xbc2[..., di + G * N:].view(batch, seqlen, ndir, G, N))
+
+
+def _scan_args(xbc2: Tensor, dt: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor,
+               dims: MixerDims, chunk: int) -> ScanArgs:
+    x, B, C = _split_xbc(xbc2, dims)
+    D = D.float()[:, None].expand(-1, dims.headdim).contiguous()
     return ScanArgs(x, B, C, dt, dt_bias.float().contiguous(), A, D, True, chunk)
 
 
@@ -103,16 +109,16 @@ class _MixerCore(torch.autograd.Function):
         dxbc2 = torch.empty_like(xbc2)
         dB, dC, ddt, dA, dbias, dD = scan_backward(
             args, dy2.view(args.x.shape), dxbc2[..., :di].view(args.x.shape))
-        gn = dims.ngroups * dims.d_state
-        dxbc2[..., di:di + gn] = sum_heads(dB, dims.ndir, dims.ngroups).flatten(-2)
-        dxbc2[..., di + gn:] = sum_heads(dC, dims.ndir, dims.ngroups).flatten(-2)
+        _, dB_out, dC_out = _split_xbc(dxbc2, dims)
+        sum_heads(dB, dims.ndir, dims.ngroups, out=dB_out)
+        sum_heads(dC, dims.ndir, dims.ngroups, out=dC_out)
         ddt_raw.copy_(ddt.view(batch, seqlen, dims.ndir, -1).sum(2))
         dconv_w, dconv_b = conv_backward(xBC, w32, b32, dxbc2, dxBC)
-        dA_log = dA.sum(0) * A
+        dA_log = dA * A
         return (dzxbcdt, dconv_w.to(conv_w.dtype),
                 dconv_b.to(conv_b.dtype) if conv_b is not None else None,
-                dbias.sum(0).to(dt_bias.dtype), dA_log.to(A_log.dtype),
-                dD.sum((0, 2)).to(D.dtype), dnorm_w.to(norm_w.dtype), None)
+                dbias.to(dt_bias.dtype), dA_log.to(A_log.dtype),
+                dD.sum(-1).to(D.dtype), dnorm_w.to(norm_w.dtype), None)
 
 
 def ssd_mixer_core(zxbcdt: Tensor, conv_w: Tensor, conv_b: Optional[Tensor],

@@ -50,10 +50,11 @@ def softplus_fp32(x):
 
 
 @triton.jit
-def _chunk_positions(c, seqlen, reverse, offs_q, CHUNK: tl.constexpr):
-    """Token mask and sequence positions of chunk c in scan order (a chunk outside
-    the sequence, e.g. the one after the last, is all masked)."""
-    t = c * CHUNK + offs_q
+def _chunk_positions(t0, seqlen, reverse, offs_q):
+    """Token mask and sequence positions of the chunk starting at token t0 in scan
+    order (a chunk outside the sequence, e.g. the one after the last, is all
+    masked)."""
+    t = t0 + offs_q
     valid = (t >= 0) & (t < seqlen)
     return valid, tl.where(reverse, seqlen - 1 - t, t)
 
@@ -66,12 +67,13 @@ def _load_rows(base, stride, pos, valid, offs, mask):
 
 
 @triton.jit
-def _load_raw(c, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
-              offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK: tl.constexpr):
-    """The loads of one chunk in scan order, nothing computed from them: positions,
+def _load_raw(t0, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
+              offs_q, offs_p, offs_n, mask_p, mask_n):
+    """The loads of the chunk starting at token t0 in scan order, nothing computed
+    from them: positions,
     token mask, raw dt, x, B, C. Split from :func:`_chunk_steps` so that a loop can
     issue the next chunk's loads before it computes on the current one."""
-    valid, pos = _chunk_positions(c, seqlen, reverse, offs_q, CHUNK)
+    valid, pos = _chunk_positions(t0, seqlen, reverse, offs_q)
     raw = tl.load(dt_base + pos * s_tl, mask=valid, other=0.)
     return (pos, valid, raw, _load_rows(x_base, s_xl, pos, valid, offs_p, mask_p),
             _load_rows(B_base, s_Bl, pos, valid, offs_n, mask_n),
@@ -91,13 +93,13 @@ def _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS: tl.constexpr):
 
 
 @triton.jit
-def _load_chunk(c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
+def _load_chunk(t0, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
                 C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n,
-                CHUNK: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+                DT_SOFTPLUS: tl.constexpr):
     """One chunk in scan order: raw dt + bias, dt, dt * A, x, B, C and the token mask."""
-    pos, valid, raw, x, Bt, Ct = _load_raw(c, seqlen, reverse, dt_base, s_tl, x_base,
+    pos, valid, raw, x, Bt, Ct = _load_raw(t0, seqlen, reverse, dt_base, s_tl, x_base,
                                            s_xl, B_base, s_Bl, C_base, s_Cl, offs_q,
-                                           offs_p, offs_n, mask_p, mask_n, CHUNK)
+                                           offs_p, offs_n, mask_p, mask_n)
     raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
     return pos, valid, raw, dt, a, x, Bt, Ct
 
@@ -117,15 +119,16 @@ def _program_bases(slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr
 
 
 @triton.jit
-def _tile_offsets(CHUNK: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+def _tile_offsets(p0, CHUNK: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
                   HEADDIM: tl.constexpr, DSTATE: tl.constexpr):
-    """Token, head-channel and state offsets with their masks, and the flat offsets
-    of a (BLOCK_P, BLOCK_N) state tile."""
+    """Token offsets, head-channel offsets from channel p0, state offsets, the
+    channel and state masks, and the flat offsets of a (BLOCK_P, BLOCK_N) state
+    tile."""
     offs_q = tl.arange(0, CHUNK)
-    offs_p = tl.arange(0, BLOCK_P)
+    offs_p = p0 + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     return (offs_q, offs_p, offs_n, offs_p < HEADDIM, offs_n < DSTATE,
-            offs_p[:, None] * BLOCK_N + offs_n[None, :])
+            tl.arange(0, BLOCK_P)[:, None] * BLOCK_N + offs_n[None, :])
 
 
 @triton.jit
@@ -141,13 +144,18 @@ def _ssd_fwd_kernel(
         HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
         HAS_D: tl.constexpr, DOT_PREC: tl.constexpr, HAS_INIT: tl.constexpr,
-        STATE_ONLY: tl.constexpr):
-    """One (slot, image, segment): chunks [seg * seg_chunks, (seg + 1) * seg_chunks).
+        STATE_ONLY: tl.constexpr, P_BLOCKS: tl.constexpr):
+    """One (slot, channel block, image, segment): chunks [seg * seg_chunks,
+    (seg + 1) * seg_chunks), head channels [pb * BLOCK_P, (pb + 1) * BLOCK_P).
 
-    ``STATE_ONLY``: write the segment's final state (from a zero start) and its
-    total log-decay instead of outputs. ``HAS_INIT``: start from the given state.
+    The state's rows, the output's columns and X's columns are per channel, so
+    the P_BLOCKS channel blocks of a head are independent programs (only
+    ``C B^T`` is computed in each). ``STATE_ONLY``: write the segment's final
+    state (from a zero start) and its total log-decay instead of outputs.
+    ``HAS_INIT``: start from the given state.
     """
-    slot = tl.program_id(0)
+    slot = tl.program_id(0) // P_BLOCKS
+    pb = tl.program_id(0) % P_BLOCKS
     b = tl.program_id(1).to(tl.int64)
     seg = tl.program_id(2)
     nseg = tl.num_programs(2)
@@ -155,15 +163,16 @@ def _ssd_fwd_kernel(
         slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, y_ptr, s_xb, s_xd,
         s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_yb, s_yd, s_yh)
     offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
-        CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
-    seg_row = (b * nslots + slot) * nseg + seg
+        pb * BLOCK_P, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
+    # this program's (BLOCK_P, BLOCK_N) tile of the segment's state
+    state_at = (((b * nslots + slot) * nseg + seg) * P_BLOCKS + pb) * BLOCK_P * BLOCK_N
     causal = offs_q[:, None] >= offs_q[None, :]
     A = tl.load(A_ptr + slot).to(tl.float32)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
     if HAS_D:
         Dv = tl.load(D_ptr + slot * HEADDIM + offs_p, mask=mask_p, other=0.)
     if HAS_INIT:
-        state = tl.load(init_ptr + seg_row * BLOCK_P * BLOCK_N + offs_state)
+        state = tl.load(init_ptr + state_at + offs_state)
     else:
         state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
     total = 0.
@@ -172,13 +181,13 @@ def _ssd_fwd_kernel(
     # chunk c + 1's loads are issued before chunk c's arithmetic (a chunk past the
     # end loads nothing: every token is masked)
     n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
-        c_start, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
-        offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
+        c_start * CHUNK, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl,
+        C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n)
     for c in range(c_start, c_end):
         pos, valid, raw, x, Bt, Ct = n_pos, n_valid, n_raw, n_x, n_B, n_C
         n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
-            c + 1, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base,
-            s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
+            (c + 1) * CHUNK, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl,
+            C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n)
         raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         gcs = tl.cumsum(a, 0)
         glast = tl.sum(a, 0)
@@ -202,8 +211,27 @@ def _ssd_fwd_kernel(
             tl.trans((xdt * to_end[:, None]).to(x.dtype)), Bt, input_precision=DOT_PREC)
         total += glast
     if STATE_ONLY:
-        tl.store(final_ptr + seg_row * BLOCK_P * BLOCK_N + offs_state, state)
-        tl.store(total_ptr + seg_row, total)
+        tl.store(final_ptr + state_at + offs_state, state)
+        # the same value from every channel block of the head
+        tl.store(total_ptr + (b * nslots + slot) * nseg + seg, total)
+
+
+@triton.jit
+def _segment_init_kernel(final_ptr, total_ptr, init_ptr, nseg, state_size,
+                         BLOCK: tl.constexpr):
+    """The state entering each segment, per (image, slot) and BLOCK state entries::
+
+        init[0] = 0,   init[s] = exp(total[s - 1]) init[s - 1] + final[s - 1]
+    """
+    row = tl.program_id(0).to(tl.int64)  # image * nslots + slot
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < state_size
+    state = tl.zeros((BLOCK, ), dtype=tl.float32)
+    for seg in range(0, nseg):
+        at = (row * nseg + seg) * state_size + offs
+        tl.store(init_ptr + at, state, mask=mask)
+        state = state * tl.exp(tl.load(total_ptr + row * nseg + seg)) + tl.load(
+            final_ptr + at, mask=mask, other=0.)
 
 
 @triton.jit
@@ -232,7 +260,7 @@ def _ssd_bwd_states_kernel(
         slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, dy_ptr, s_xb,
         s_xd, s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_yb, s_yd, s_yh)
     offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
-        CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
+        0, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     state_base = (b * nslots + slot) * nchunks * BLOCK_P * BLOCK_N
     A = tl.load(A_ptr + slot).to(tl.float32)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
@@ -240,14 +268,14 @@ def _ssd_bwd_states_kernel(
     state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
     n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
         0, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base, s_Cl,
-        offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
+        offs_q, offs_p, offs_n, mask_p, mask_n)
     for c in range(0, nchunks):
         tl.store(hin_ptr + state_base + c * BLOCK_P * BLOCK_N + offs_state,
                  state.to(hin_ptr.dtype.element_ty))
         valid, raw, x, Bt = n_valid, n_raw, n_x, n_B
         n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
-            c + 1, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_base,
-            s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK)
+            (c + 1) * CHUNK, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl,
+            C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n)
         raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         gcs = tl.cumsum(a, 0)
         glast = tl.sum(a, 0)
@@ -258,7 +286,7 @@ def _ssd_bwd_states_kernel(
     tl.debug_barrier()  # the reverse sweep reads hin written by other threads
     dstate = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
     # the same prefetch, of dt, dy, C and hin
-    n_valid, n_pos = _chunk_positions(nchunks - 1, seqlen, reverse, offs_q, CHUNK)
+    n_valid, n_pos = _chunk_positions((nchunks - 1) * CHUNK, seqlen, reverse, offs_q)
     n_raw = tl.load(dt_base + n_pos * s_tl, mask=n_valid, other=0.)
     n_dy = _load_rows(dy_base, s_yl, n_pos, n_valid, offs_p, mask_p)
     n_C = _load_rows(C_base, s_Cl, n_pos, n_valid, offs_n, mask_n)
@@ -268,7 +296,7 @@ def _ssd_bwd_states_kernel(
         tl.store(dout_ptr + state_base + c * BLOCK_P * BLOCK_N + offs_state,
                  dstate.to(dout_ptr.dtype.element_ty))
         valid, raw, dy, Ct, h_in = n_valid, n_raw, n_dy, n_C, n_h
-        n_valid, n_pos = _chunk_positions(c - 1, seqlen, reverse, offs_q, CHUNK)
+        n_valid, n_pos = _chunk_positions((c - 1) * CHUNK, seqlen, reverse, offs_q)
         n_raw = tl.load(dt_base + n_pos * s_tl, mask=n_valid, other=0.)
         n_dy = _load_rows(dy_base, s_yl, n_pos, n_valid, offs_p, mask_p)
         n_C = _load_rows(C_base, s_Cl, n_pos, n_valid, offs_n, mask_n)
@@ -288,7 +316,7 @@ def _ssd_bwd_states_kernel(
 def _ssd_bwd_chunk_kernel(
         x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, dy_ptr, hin_ptr,
         dout_ptr, carry_ptr, dx_ptr, dB_ptr, dC_ptr, ddt_ptr, dA_ptr, dbias_ptr, dD_ptr,
-        seqlen, nheads, heads_per_group, nslots, nchunks,
+        seqlen, nheads, heads_per_group, nslots, nchunks, c0, chunk_len,
         s_xb, s_xl, s_xd, s_xh,
         s_Bb, s_Bl, s_Bd, s_Bg,
         s_Cb, s_Cl, s_Cd, s_Cg,
@@ -302,25 +330,27 @@ def _ssd_bwd_chunk_kernel(
 
     From the chunk's inputs, ``dy``, and ``hin[c]``, ``dout[c]`` and ``carry[c]``
     (pass 1): dx, and per slot dB, dC, d(raw dt); per chunk the partial sums of dA,
-    d(dt_bias), dD.
+    d(dt_bias), dD. Chunk c holds the tokens from ``c * chunk_len`` (pass 1's chunk
+    length); this launch's chunks start at ``c0``, and CHUNK (the tile) may be
+    shorter than chunk_len when the chunks hold fewer tokens (the sequence's tail).
     """
     slot = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
-    c = tl.program_id(2)
+    c = c0 + tl.program_id(2)
     reverse, x_base, B_base, C_base, dt_base, dy_base = _program_bases(
         slot, b, nheads, heads_per_group, x_ptr, B_ptr, C_ptr, dt_ptr, dy_ptr, s_xb,
         s_xd, s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_yb, s_yd, s_yh)
     dx_base = dx_ptr + b * s_gb + (slot // nheads) * s_gd + (slot % nheads) * s_gh
     offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
-        CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
+        0, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     causal = offs_q[:, None] >= offs_q[None, :]
     row = (b * nslots + slot) * nchunks + c  # (image, slot, chunk) of the partials
     A = tl.load(A_ptr + slot).to(tl.float32)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
     pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
-        c, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
-        C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, CHUNK, DT_SOFTPLUS)
+        c * chunk_len, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base,
+        s_Bl, C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, DT_SOFTPLUS)
     mask_qp = valid[:, None] & mask_p[None, :]
     mask_qn = valid[:, None] & mask_n[None, :]
     dy = tl.load(dy_base + pos[:, None] * s_yl + offs_p[None, :], mask=mask_qp,
@@ -452,53 +482,58 @@ def _sm_count(device: torch.device) -> int:
         if device.type == 'cuda' else 8
 
 
-def default_segments(args: ScanArgs) -> int:
-    """Segments the forward scan splits each sequence into: only when the grid
-    would have fewer programs than multiprocessors (long sequences in tiny
-    batches); measured slower than one segment already at 192 programs on 132
-    multiprocessors (batch 4, 48 slots, 4098 tokens), so 1 otherwise."""
-    have = args.batch * args.nslots
-    sms = _sm_count(args.x.device)
-    if have >= sms:
+def default_p_blocks(args: ScanArgs) -> int:
+    """Channel blocks per head of the forward scan: 2 when even two programs per
+    (slot, image) leave multiprocessors idle, else 1 (each block recomputes
+    ``C B^T``). Measured on an H200 (132 multiprocessors), DinoVim-B's 48 slots at
+    4098 tokens: 0.147 / 0.174 ms with 2 / 1 blocks at batch 1, 0.238 / 0.233 ms
+    at batch 4; at batch 128 x 198 tokens 0.41 / 0.32 ms."""
+    if 2 * args.batch * args.nslots > _sm_count(args.x.device):
         return 1
-    return max(1, min(triton.cdiv(sms, have), args.nchunks // 4))
+    return max(1, min(2, _block(args.headdim) // 16))
 
 
-def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 0,
-                 maxnreg=None) -> Tensor:
+def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 1,
+                 p_blocks: int = 0, maxnreg=None) -> Tensor:
     """Run the forward kernel, writing into ``y`` (a 5-d view like ``x``).
 
     With ``segments > 1`` each sequence is cut into that many segments scanned in
     parallel: a first pass computes every segment's final state from zero, a
     short recurrence over segments gives each segment's initial state, and a
-    second pass computes the outputs. 0 picks :func:`default_segments`.
+    second pass computes the outputs (measured slower than one segment in every
+    case tried on an H200, down to batch 1 x 4098 tokens, so not the default).
+    ``p_blocks`` splits each head's channels over that many programs (a power of
+    two, leaving at least 16 channels each); 0 picks :func:`default_p_blocks`.
     ``maxnreg`` caps the registers per thread (None: the compiler's choice; a cap
     of 128 measured 8% faster at batch 128 x 198 tokens on an H200 but gave wrong
     results with 64-wide heads and states in the tests, so it is not used).
     """
-    segments = segments or default_segments(args)
+    const = args.constexprs()
+    p_blocks = p_blocks or default_p_blocks(args)
+    if p_blocks & (p_blocks - 1) or const['BLOCK_P'] // p_blocks < 16:
+        raise ValueError(f'scan_forward: p_blocks must be a power of two leaving at '
+                         f'least 16 of the {const["BLOCK_P"]} channels, got {p_blocks}')
+    const.update(BLOCK_P=const['BLOCK_P'] // p_blocks, P_BLOCKS=p_blocks)
     seg_chunks = triton.cdiv(args.nchunks, segments)
     segments = triton.cdiv(args.nchunks, seg_chunks)
-    const = args.constexprs()
-    grid = (args.nslots, args.batch, segments)
+    grid = (args.nslots * p_blocks, args.batch, segments)
     D = args.D if args.D is not None else args.A
     common = (args.seqlen, args.nheads, args.nheads // args.ngroups, args.nslots,
               seg_chunks, *args.common()[3:], *[y.stride(i) for i in range(4)])
     init = final = total = args.A  # unused pointers when segments == 1
     if segments > 1:
         kw = dict(device=y.device, dtype=torch.float32)
-        final = torch.empty(args.batch, args.nslots, segments, const['BLOCK_P'],
+        final = torch.empty(args.batch, args.nslots, segments, _block(args.headdim),
                             const['BLOCK_N'], **kw)
         total = torch.empty(args.batch, args.nslots, segments, **kw)
         _ssd_fwd_kernel[grid](
             args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, y, init, final,
             total, *common, num_warps=num_warps, maxnreg=maxnreg, HAS_INIT=False,
             STATE_ONLY=True, **const)
-        # initial state of segment s: exp(total_{s-1}) init_{s-1} + final_{s-1}
-        init = torch.zeros_like(final)
-        decay = torch.exp(total)[..., None, None]
-        for s in range(1, segments):
-            init[:, :, s] = decay[:, :, s - 1] * init[:, :, s - 1] + final[:, :, s - 1]
+        init = torch.empty_like(final)
+        state = final[0, 0, 0].numel()
+        _segment_init_kernel[(args.batch * args.nslots, triton.cdiv(state, 1024))](
+            final, total, init, segments, state, BLOCK=1024)
     _ssd_fwd_kernel[grid](
         args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, y, init, final, total,
         *common, num_warps=num_warps, maxnreg=maxnreg, HAS_INIT=segments > 1,
@@ -521,7 +556,8 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         tuple: ``dB``, ``dC`` (batch, seqlen, slots, dstate) in x's dtype, per
         slot, to be summed over the heads of each group by :func:`sum_heads`;
         float32 ``ddt`` (batch, seqlen, slots) of the raw step, ``dA`` and
-        ``ddt_bias`` (batch, slots) and ``dD`` (batch, slots, headdim) or None.
+        ``ddt_bias`` (slots,) and ``dD`` (slots, headdim) or None, summed over
+        the batch.
     """
     kw = dict(device=args.x.device, dtype=torch.float32)
     batch, seqlen, nslots, nchunks = args.batch, args.seqlen, args.nslots, args.nchunks
@@ -549,19 +585,34 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         args.x, args.B, args.C, args.dt, args.dt_bias, args.A, dy, hin, dout, carry,
         *common,
         num_warps=states_warps, **const_states)
-    _ssd_bwd_chunk_kernel[(nslots, batch, nchunks)](
-        args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, dy, hin, dout, carry,
-        dx, dB, dC, ddt, dA, dbias, dD if dD is not None else dA, *common,
-        *[dx.stride(i) for i in range(4)], num_warps=num_warps, **const)
-    return (dB, dC, ddt, dA.sum(-1), dbias.sum(-1),
-            dD.sum(2) if dD is not None else None)
+    # every chunk in parallel; a short last chunk (6 of 64 tokens at 198) in its own
+    # launch with a tile that fits it, instead of a full tile that is mostly masked
+    chunk = args.chunk
+    tail = _block(seqlen % chunk)
+    full = seqlen // chunk if tail < chunk else nchunks
+    chunk_args = (args.x, args.B, args.C, args.dt, args.dt_bias, args.A, D, dy, hin,
+                  dout, carry, dx, dB, dC, ddt, dA, dbias, dD if dD is not None else dA)
+    strides = (*common[5:], *[dx.stride(i) for i in range(4)])
+    for first, count, tile in ((0, full, chunk), (full, nchunks - full, tail)):
+        if count:
+            _ssd_bwd_chunk_kernel[(nslots, batch, count)](
+                *chunk_args, *common[:5], first, chunk, *strides, num_warps=num_warps,
+                **dict(const, CHUNK=tile))
+    # one reduction each over images and chunks
+    return (dB, dC, ddt, dA.sum((0, 2)), dbias.sum((0, 2)),
+            dD.sum((0, 2)) if dD is not None else None)
 
 
-def sum_heads(partials: Tensor, ndir: int, ngroups: int) -> Tensor:
-    """(batch, seqlen, slots, dstate) -> (batch, seqlen, ndir, ngroups, dstate)."""
+def sum_heads(partials: Tensor, ndir: int, ngroups: int, out=None) -> Tensor:
+    """(batch, seqlen, slots, dstate) -> (batch, seqlen, ndir, ngroups, dstate),
+    accumulated in float32; written into ``out`` (any strides, e.g. a slice of a
+    gradient buffer) in its dtype if given, else returned in float32."""
     batch, seqlen, nslots, dstate = partials.shape
-    return partials.view(batch, seqlen, ndir, ngroups, nslots // (ndir * ngroups),
-                         dstate).sum(4, dtype=torch.float32)
+    heads = partials.view(batch, seqlen, ndir, ngroups, nslots // (ndir * ngroups),
+                          dstate)
+    if out is None:
+        return heads.sum(4, dtype=torch.float32)
+    return torch.sum(heads, 4, dtype=out.dtype, out=out)
 
 
 # --------------------------------------------------------------------------- #
@@ -608,10 +659,9 @@ class _SSDScan(torch.autograd.Function):
         dC = sum_heads(dC, 1, ngroups)[:, :, 0].to(B_dtype)
         dD_out = None
         if dD is not None:
-            dD = dD.sum(0)
             dD_out = (dD.sum(-1) if D_per_head else dD).to(D_dtype)
-        return (dx.view(dy.shape), ddt.to(dt_dtype), dA.sum(0).to(A_dtype), dB, dC,
-                dD_out, dbias.sum(0) if has_bias else None, None, None)
+        return (dx.view(dy.shape), ddt.to(dt_dtype), dA.to(A_dtype), dB, dC,
+                dD_out, dbias if has_bias else None, None, None)
 
 
 def ssd_triton(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
