@@ -88,8 +88,8 @@ errors['addnorm.out'] = rel(out, out_ref)
 for name, a, b in zip(['h', 'residual', 'weight'], g, g_ref):
     errors['addnorm.d' + name] = rel(a, b)
 # both directions' conv + SiLU over several token blocks, against torch's conv1d
-from mmdinomamba.ops.triton.conv import BLOCK_T, conv_backward, conv_forward
-L = 2 * BLOCK_T + 22
+from mmdinomamba.ops.triton.conv import BWD_BLOCK_T, FWD_BLOCK_T, conv_backward, conv_forward
+L = 2 * max(FWD_BLOCK_T, BWD_BLOCK_T) + 22
 xc = torch.randn(2, L, 24, requires_grad=True)
 wc = torch.randn(2, 24, 4, requires_grad=True)
 bc = torch.randn(2, 24, requires_grad=True)

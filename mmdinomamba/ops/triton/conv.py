@@ -20,8 +20,12 @@ import triton.language as tl
 
 Tensor = torch.Tensor
 
-# Tokens walked by one program and channels it owns (two per thread).
-BLOCK_T = 64
+# Tokens walked by one program (forward, backward) and channels it owns (two per
+# thread). Measured on an H200 (bf16, DinoVim-B's 1664 channels): the forward took
+# 0.111 / 0.117 ms with 16 / 64 tokens at batch 128 x 198 and 0.076 / 0.098 ms at
+# 4 x 4098; the backward 0.38 / 0.30 ms and 0.25 / 0.21 ms.
+FWD_BLOCK_T = 16
+BWD_BLOCK_T = 64
 BLOCK_C = 128
 NUM_WARPS = 2
 
@@ -205,8 +209,8 @@ def row_align(element_size: int, *strides: int) -> int:
     return align
 
 
-def _grid(batch, seqlen, dim):
-    return (triton.cdiv(dim, BLOCK_C), batch, triton.cdiv(seqlen, BLOCK_T))
+def _grid(batch, seqlen, dim, block_t):
+    return (triton.cdiv(dim, BLOCK_C), batch, triton.cdiv(seqlen, block_t))
 
 
 def _layout(x: Tensor, *others: Tensor):
@@ -245,11 +249,11 @@ def conv_forward(x: Tensor, weight: Tensor, bias, out: Tensor) -> Tensor:
     _check_dense(x=x, out=out)
     batch, seqlen, dim = x.shape
     a = _layout(x, out)
-    _conv_fwd_kernel[_grid(batch, seqlen, dim)](
+    _conv_fwd_kernel[_grid(batch, seqlen, dim, FWD_BLOCK_T)](
         x, weight, bias if bias is not None else weight, out, seqlen, dim,
         x.stride(0), x.stride(1) // a, out.stride(0), out.stride(1) // a,
         out.stride(2) // a, NDIR=weight.shape[0], HAS_BIAS=bias is not None,
-        ROW_ALIGN=a, BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
+        ROW_ALIGN=a, BLOCK_T=FWD_BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     return out
 
 
@@ -269,7 +273,7 @@ def conv_backward(x: Tensor, weight: Tensor, bias, dout: Tensor, dx: Tensor):
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
     batch, seqlen, dim = x.shape
     ndir = weight.shape[0]
-    grid = _grid(batch, seqlen, dim)
+    grid = _grid(batch, seqlen, dim, BWD_BLOCK_T)
     rows = batch * grid[2]
     dw = torch.empty(rows, ndir, dim, 4, device=x.device, dtype=torch.float32)
     db = torch.empty(rows, ndir, dim, device=x.device, dtype=torch.float32) \
@@ -280,5 +284,5 @@ def conv_backward(x: Tensor, weight: Tensor, bias, dout: Tensor, dx: Tensor):
         db if db is not None else dw, seqlen, dim, x.stride(0), x.stride(1) // a,
         dout.stride(0), dout.stride(1) // a, dout.stride(2) // a, dx.stride(0),
         dx.stride(1) // a, NDIR=ndir, HAS_BIAS=bias is not None, ROW_ALIGN=a,
-        BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
+        BLOCK_T=BWD_BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     return dw.sum(0), db.sum(0) if db is not None else None
