@@ -42,6 +42,21 @@ def _row(ptr, t, seqlen, s_l, offs_c, mask_c):
 
 
 @triton.jit
+def _taps(w_ptr, b_ptr, d, dim, offs_c, mask, HAS_BIAS: tl.constexpr,
+          BLOCK_C: tl.constexpr):
+    """Direction d's weights w_d[0..3] and bias b_d (zeros without bias) for the
+    channels offs_c, float32 (weights (ndir, dim, 4), bias (ndir, dim))."""
+    w = w_ptr + (d * dim + offs_c) * 4
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + d * dim + offs_c, mask=mask, other=0.)
+    else:
+        bias = tl.zeros((BLOCK_C, ), dtype=tl.float32)
+    return (tl.load(w + 0, mask=mask, other=0.), tl.load(w + 1, mask=mask, other=0.),
+            tl.load(w + 2, mask=mask, other=0.), tl.load(w + 3, mask=mask, other=0.),
+            bias)
+
+
+@triton.jit
 def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, seqlen, dim,
                      s_xb, s_xl, s_ob, s_ol, s_od,
                      NDIR: tl.constexpr, HAS_BIAS: tl.constexpr, ROW_ALIGN: tl.constexpr,
@@ -57,20 +72,10 @@ def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, seqlen, dim,
     x_base = x_ptr + b * s_xb
     out_base = out_ptr + b * s_ob + offs_c
     # taps: direction 0 reads x[t-3..t] with w0[0..3], direction 1 x[t+3..t] with w1[0..3]
-    a0 = tl.load(w_ptr + offs_c * 4 + 0, mask=mask_c, other=0.)
-    a1 = tl.load(w_ptr + offs_c * 4 + 1, mask=mask_c, other=0.)
-    a2 = tl.load(w_ptr + offs_c * 4 + 2, mask=mask_c, other=0.)
-    a3 = tl.load(w_ptr + offs_c * 4 + 3, mask=mask_c, other=0.)
-    c0 = tl.load(w_ptr + (dim + offs_c) * 4 + 0, mask=mask_c & (NDIR == 2), other=0.)
-    c1 = tl.load(w_ptr + (dim + offs_c) * 4 + 1, mask=mask_c & (NDIR == 2), other=0.)
-    c2 = tl.load(w_ptr + (dim + offs_c) * 4 + 2, mask=mask_c & (NDIR == 2), other=0.)
-    c3 = tl.load(w_ptr + (dim + offs_c) * 4 + 3, mask=mask_c & (NDIR == 2), other=0.)
-    if HAS_BIAS:
-        bias0 = tl.load(b_ptr + offs_c, mask=mask_c, other=0.)
-        bias1 = tl.load(b_ptr + dim + offs_c, mask=mask_c & (NDIR == 2), other=0.)
-    else:
-        bias0 = tl.zeros((BLOCK_C, ), dtype=tl.float32)
-        bias1 = tl.zeros((BLOCK_C, ), dtype=tl.float32)
+    a0, a1, a2, a3, bias0 = _taps(w_ptr, b_ptr, 0, dim, offs_c, mask_c, HAS_BIAS,
+                                  BLOCK_C)
+    c0, c1, c2, c3, bias1 = _taps(w_ptr, b_ptr, 1, dim, offs_c, mask_c & (NDIR == 2),
+                                  HAS_BIAS, BLOCK_C)
     # window x[t-3 .. t+3]
     xm3 = _row(x_base, t0 - 3, seqlen, s_xl, offs_c, mask_c)
     xm2 = _row(x_base, t0 - 2, seqlen, s_xl, offs_c, mask_c)
@@ -119,20 +124,10 @@ def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, dw_ptr, db_ptr, seql
     mask_c = offs_c < dim
     x_base = x_ptr + b * s_xb
     do_base = dout_ptr + b * s_ob
-    a0 = tl.load(w_ptr + offs_c * 4 + 0, mask=mask_c, other=0.)
-    a1 = tl.load(w_ptr + offs_c * 4 + 1, mask=mask_c, other=0.)
-    a2 = tl.load(w_ptr + offs_c * 4 + 2, mask=mask_c, other=0.)
-    a3 = tl.load(w_ptr + offs_c * 4 + 3, mask=mask_c, other=0.)
-    c0 = tl.load(w_ptr + (dim + offs_c) * 4 + 0, mask=mask_c & (NDIR == 2), other=0.)
-    c1 = tl.load(w_ptr + (dim + offs_c) * 4 + 1, mask=mask_c & (NDIR == 2), other=0.)
-    c2 = tl.load(w_ptr + (dim + offs_c) * 4 + 2, mask=mask_c & (NDIR == 2), other=0.)
-    c3 = tl.load(w_ptr + (dim + offs_c) * 4 + 3, mask=mask_c & (NDIR == 2), other=0.)
-    if HAS_BIAS:
-        bias0 = tl.load(b_ptr + offs_c, mask=mask_c, other=0.)
-        bias1 = tl.load(b_ptr + dim + offs_c, mask=mask_c & (NDIR == 2), other=0.)
-    else:
-        bias0 = tl.zeros((BLOCK_C, ), dtype=tl.float32)
-        bias1 = tl.zeros((BLOCK_C, ), dtype=tl.float32)
+    a0, a1, a2, a3, bias0 = _taps(w_ptr, b_ptr, 0, dim, offs_c, mask_c, HAS_BIAS,
+                                  BLOCK_C)
+    c0, c1, c2, c3, bias1 = _taps(w_ptr, b_ptr, 1, dim, offs_c, mask_c & (NDIR == 2),
+                                  HAS_BIAS, BLOCK_C)
     # window x[t .. t+6] for the first step t = t0 - 6
     first = t0 - 6
     x0 = _row(x_base, first, seqlen, s_xl, offs_c, mask_c)
