@@ -107,9 +107,8 @@ class _MixerCore(torch.autograd.Function):
             dy2.view(-1, dims.ndir, di), dz.view(-1, di))
 
         dxbc2 = torch.empty_like(xbc2)
-        dB, dC, ddt, dA, dbias, dD = scan_backward(
-            args, dy2.view(args.x.shape), dxbc2[..., :di].view(args.x.shape))
-        _, dB_out, dC_out = _split_xbc(dxbc2, dims)
+        dx_out, dB_out, dC_out = _split_xbc(dxbc2, dims)
+        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out)
         sum_heads(dB, dims.ndir, dims.ngroups, out=dB_out)
         sum_heads(dC, dims.ndir, dims.ngroups, out=dC_out)
         ddt_raw.copy_(ddt.view(batch, seqlen, dims.ndir, -1).sum(2))
