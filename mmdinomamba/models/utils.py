@@ -15,12 +15,22 @@ class DropPath(nn.Module):
             raise ValueError(f'DropPath: p must be in [0, 1), got {p}')
         self.p = p
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def sample_scale(self, x: torch.Tensor):
+        """Per-sample factors (batch,) float32, 0 or ``1 / (1 - p)``, to multiply
+        the branch ``x`` by (None when nothing is dropped: eval mode or p = 0).
+        Lets a fused kernel apply them (:func:`mmdinomamba.ops.add_rms_norm`)."""
         if self.p == 0.0 or not self.training:
-            return x
+            return None
         keep = 1.0 - self.p
-        mask = x.new_empty((x.shape[0], ) + (1, ) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask / keep
+        return torch.empty(x.shape[0], device=x.device).bernoulli_(keep) / keep
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.sample_scale(x)
+        if scale is None:
+            return x
+        # in float32 (or x's wider dtype), rounded once: 1 / keep itself is not
+        # exact in bfloat16
+        return (x * scale.view(-1, *(1, ) * (x.dim() - 1))).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f'p={self.p}'

@@ -47,23 +47,33 @@ def compute_dtype(weight: Tensor) -> torch.dtype:
 
 
 def add_rms_norm(h: Tensor, residual: Optional[Tensor], weight: Tensor,
-                 eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
-    """The pre-norm step of a block: ``residual = h + residual``, then RMSNorm.
+                 eps: float = 1e-5, scale: Optional[Tensor] = None
+                 ) -> Tuple[Tensor, Tensor]:
+    """The pre-norm step of a block: ``residual = scale * h + residual``, then RMSNorm.
 
     Args:
-        h (Tensor): (..., dim), the previous block's output (or the tokens).
-        residual (Tensor, optional): (..., dim) float32 stream; None for the
+        h (Tensor): (batch, ..., dim), the previous block's output (or the tokens).
+        residual (Tensor, optional): like h, the float32 stream; None for the
             first block, whose stream starts as ``h`` in float32.
         weight (Tensor): (dim,) RMSNorm scale.
         eps (float): RMSNorm eps. Defaults to 1e-5.
+        scale (Tensor, optional): (batch,) per-sample factor of ``h``, applied in
+            float32: stochastic depth's 0 or ``1 / keep``
+            (:meth:`mmdinomamba.models.utils.DropPath.sample_scale`). None means 1.
 
     Returns:
         tuple: the new stream (..., dim) float32 and its RMSNorm (..., dim), in
         the dtype the next matmul computes in (the PyTorch path returns the
         weight's dtype and leaves the cast to autocast: same values).
     """
+    if scale is not None and (h.dim() < 2 or scale.shape != h.shape[:1]):
+        raise ValueError(f'add_rms_norm: scale must have shape ({h.shape[0]},) for h of '
+                         f'shape {tuple(h.shape)}, got {tuple(scale.shape)}')
     if use_triton(h):
         from .triton import add_rms_norm_triton
-        return add_rms_norm_triton(h, residual, weight, eps, compute_dtype(weight))
-    residual = h.float() if residual is None else residual + h
+        return add_rms_norm_triton(h, residual, weight, eps, compute_dtype(weight), scale)
+    h = h.float()
+    if scale is not None:
+        h = h * scale.float().view(-1, *(1, ) * (h.dim() - 1))
+    residual = h if residual is None else residual + h
     return residual, rms_norm(residual.to(weight.dtype), weight, eps)

@@ -362,3 +362,45 @@ def test_bad_input():
         tiny_vim()(torch.randn(2, 4, 64, 64))
     with pytest.raises(ValueError, match='smaller than one patch'):
         tiny_vim()(torch.randn(2, 3, 8, 64))
+
+
+# ---------------------------------------------------------- stochastic depth
+def test_drop_path_scale_is_zero_or_inverse_keep():
+    from mmdinomamba.models.utils import DropPath
+    torch.manual_seed(0)
+    dp = DropPath(0.1)
+    x = torch.randn(20000, 3, 2)
+    assert dp.eval()(x) is x and dp.sample_scale(x) is None
+    dp.train()
+    torch.manual_seed(1)
+    scale = dp.sample_scale(x)
+    assert scale.shape == (20000, ) and scale.dtype == torch.float32
+    kept = scale > 0
+    torch.testing.assert_close(scale[kept], torch.full_like(scale[kept], 1 / 0.9))
+    assert (scale[~kept] == 0).all()
+    # binomial(20000, 0.9): standard deviation 0.0021, so 0.02 is ~9 sigma
+    assert abs(kept.float().mean().item() - 0.9) < 0.02
+    torch.manual_seed(1)
+    out = dp(x.bfloat16())
+    # the forward draws the same factors and applies them in float32
+    torch.testing.assert_close(out, (x.bfloat16().float() * scale[:, None, None]).bfloat16(),
+                               rtol=0, atol=0)
+
+
+def test_block_applies_drop_path_inside_the_add():
+    """Training with stochastic depth: a dropped sample's stream is unchanged, a
+    kept one gets h / keep (the factor fused into the add + norm)."""
+    from mmdinomamba.models.backbones.dino_vim import MambaBlock
+    torch.manual_seed(0)
+    block = MambaBlock(16, dict(d_state=4, headdim=8), drop_path=0.5).train()
+    h, residual = torch.randn(16, 5, 16), torch.randn(16, 5, 16)
+    torch.manual_seed(3)
+    scale = block.drop_path.sample_scale(h)
+    assert 0 < (scale > 0).sum() < 16  # both kinds present
+    torch.manual_seed(3)
+    _, stream = block(h, residual)
+    expected = residual + h * scale[:, None, None]
+    torch.testing.assert_close(stream, expected, rtol=0, atol=0)
+    # first block: no residual yet, nothing dropped
+    _, stream = block(h, None)
+    torch.testing.assert_close(stream, h, rtol=0, atol=0)

@@ -36,6 +36,20 @@ def test_add_rms_norm_reference_path(with_residual):
     torch.testing.assert_close(normed, rms_norm(expected, w, 1e-5))
 
 
+def test_add_rms_norm_scale_is_per_sample():
+    """The stochastic-depth factor multiplies each sample's h, in float32."""
+    torch.manual_seed(0)
+    h = torch.randn(3, 5, 8).bfloat16()
+    res = torch.randn(3, 5, 8)
+    scale = torch.tensor([0., 1 / 0.9, 1.])
+    stream, _ = add_rms_norm(h, res, torch.ones(8), 1e-5, scale)
+    torch.testing.assert_close(stream[0], res[0], rtol=0, atol=0)  # dropped
+    torch.testing.assert_close(stream[1], h[1].float() / 0.9 + res[1])
+    torch.testing.assert_close(stream[2], h[2].float() + res[2], rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r'scale must have shape \(3,\)'):
+        add_rms_norm(h, res, torch.ones(8), 1e-5, torch.ones(5))
+
+
 def test_ssd_rejects_nonfinite_dt_on_cpu():
     x = torch.randn(1, 4, 2, 4)
     dt = torch.rand(1, 4, 2)

@@ -167,16 +167,19 @@ def test_fused_mixer_matches_reference_path(cfg, amp):
     assert max(errors.values()) < tol, errors
 
 
-@pytest.mark.parametrize('with_residual', [False, True])
+@pytest.mark.parametrize('with_residual,scaled', [(False, False), (True, False),
+                                                   (True, True)])
 @pytest.mark.parametrize('amp', [False, True])
-def test_add_rms_norm_matches_reference(with_residual, amp):
+def test_add_rms_norm_matches_reference(with_residual, scaled, amp):
     torch.manual_seed(0)
     h = torch.randn(4, 50, 96, device='cuda', requires_grad=True)
     res = torch.randn(4, 50, 96, device='cuda', requires_grad=True) \
         if with_residual else None
     w = (1 + 0.3 * torch.randn(96, device='cuda')).requires_grad_()
+    # stochastic depth: sample 1 dropped, the others scaled by 1 / keep
+    scale = torch.tensor([1.25, 0., 1.25, 1.25], device='cuda') if scaled else None
     with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
-        r, n = add_rms_norm(h, res, w, 1e-5)
+        r, n = add_rms_norm(h, res, w, 1e-5, scale)
     assert n.dtype == (torch.bfloat16 if amp else torch.float32)
     dr, dn = torch.randn_like(r), torch.randn_like(n.float())
     leaves = [h, w] + ([res] if with_residual else [])
@@ -184,7 +187,8 @@ def test_add_rms_norm_matches_reference(with_residual, amp):
 
     hd, wd = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     resd = res.detach().double().requires_grad_() if with_residual else None
-    r_ref = hd + resd if with_residual else hd
+    hs = hd * scale.double()[:, None, None] if scaled else hd
+    r_ref = hs + resd if with_residual else hs
     n_ref = rms_norm(r_ref, wd, 1e-5)
     leaves_ref = [hd, wd] + ([resd] if with_residual else [])
     g_ref = torch.autograd.grad([r_ref, n_ref], leaves_ref, [dr.double(), dn.double()])

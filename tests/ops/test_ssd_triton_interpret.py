@@ -87,6 +87,17 @@ g_ref = torch.autograd.grad([res_ref, out_ref], [h, r, w], [gr, go])
 errors['addnorm.out'] = rel(out, out_ref)
 for name, a, b in zip(['h', 'residual', 'weight'], g, g_ref):
     errors['addnorm.d' + name] = rel(a, b)
+# the same with a per-sample stochastic-depth factor (one sample dropped)
+sc = torch.tensor([0., 1.25, 0.8])
+res, out = add_rms_norm_triton(h, r, w, 1e-5, torch.float32, sc)
+res_ref = h.double() * sc.double()[:, None, None] + r.double()
+out_ref = rms_norm(res_ref, w.double(), 1e-5)
+g = torch.autograd.grad([res, out], [h, r, w], [gr.float(), go.float()])
+g_ref = torch.autograd.grad([res_ref, out_ref], [h, r, w], [gr, go])
+errors['addnorm_scaled.res'] = rel(res, res_ref)
+errors['addnorm_scaled.out'] = rel(out, out_ref)
+for name, a, b in zip(['h', 'residual', 'weight'], g, g_ref):
+    errors['addnorm_scaled.d' + name] = rel(a, b)
 # both directions' conv + SiLU over several token blocks, against torch's conv1d
 from mmdinomamba.ops.triton.conv import BWD_BLOCK_T, FWD_BLOCK_T, conv_backward, conv_forward
 L = 2 * max(FWD_BLOCK_T, BWD_BLOCK_T) + 22

@@ -12,7 +12,7 @@ import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.mixers import SSDMixer
-from mmdinomamba.models.utils import drop_path_or_identity, linear_rates
+from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
 from mmdinomamba.ops import RMSNorm, add_rms_norm
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
@@ -38,8 +38,12 @@ class MambaBlock(nn.Module):
         self.drop_path = drop_path_or_identity(drop_path)
 
     def forward(self, h: Tensor, residual: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        residual, normed = add_rms_norm(h if residual is None else self.drop_path(h),
-                                        residual, self.norm.weight, self.norm.eps)
+        # stochastic depth of the previous block's output, applied inside the add
+        scale = None
+        if residual is not None and isinstance(self.drop_path, DropPath):
+            scale = self.drop_path.sample_scale(h)
+        residual, normed = add_rms_norm(h, residual, self.norm.weight, self.norm.eps,
+                                        scale)
         return self.mixer(normed), residual
 
 

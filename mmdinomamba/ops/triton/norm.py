@@ -6,9 +6,10 @@ Gated norm, per token, per norm group of ``group`` channels, for each direction 
     v_d = y_d * silu(z)
     out = mean_d( v_d / sqrt(mean(v_d^2) + eps) * w_d )
 
-Add + norm, per token::
+Add + norm, per token of sample b, with ``s_b`` the sample's stochastic-depth
+factor (0 or 1 / keep; 1 without drop path)::
 
-    residual = h + residual            (float32)
+    residual = s_b h + residual        (float32)
     out      = residual / sqrt(mean(residual^2) + eps) * w
 """
 import torch
@@ -173,13 +174,15 @@ def _warps(blocks) -> int:
 # Residual add + RMSNorm
 # --------------------------------------------------------------------------- #
 @triton.jit
-def _add_norm_fwd_kernel(h_ptr, res_ptr, w_ptr, res_out_ptr, out_ptr, rstd_ptr, eps,
-                         DIM: tl.constexpr, BLOCK: tl.constexpr,
-                         HAS_RESIDUAL: tl.constexpr):
+def _add_norm_fwd_kernel(h_ptr, res_ptr, scale_ptr, w_ptr, res_out_ptr, out_ptr, rstd_ptr,
+                         eps, seqlen, DIM: tl.constexpr, BLOCK: tl.constexpr,
+                         HAS_RESIDUAL: tl.constexpr, HAS_SCALE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < DIM
     x = tl.load(h_ptr + row * DIM + cols, mask=mask, other=0.).to(tl.float32)
+    if HAS_SCALE:
+        x *= tl.load(scale_ptr + row // seqlen)
     if HAS_RESIDUAL:
         x += tl.load(res_ptr + row * DIM + cols, mask=mask, other=0.)
     tl.store(res_out_ptr + row * DIM + cols, x, mask=mask)
@@ -191,9 +194,11 @@ def _add_norm_fwd_kernel(h_ptr, res_ptr, w_ptr, res_out_ptr, out_ptr, rstd_ptr, 
 
 
 @triton.jit
-def _add_norm_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, rstd_ptr, dx_ptr, dw_ptr,
-                         nrows, DIM: tl.constexpr, BLOCK: tl.constexpr,
-                         HAS_DRES: tl.constexpr, ROWS: tl.constexpr):
+def _add_norm_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, rstd_ptr, scale_ptr, dx_ptr,
+                         dh_ptr, dw_ptr, nrows, seqlen, DIM: tl.constexpr,
+                         BLOCK: tl.constexpr, HAS_DRES: tl.constexpr,
+                         HAS_SCALE: tl.constexpr, ROWS: tl.constexpr):
+    """dx: gradient of the residual input (float32); dh = s_b dx in h's dtype."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     cmask = cols < DIM
@@ -212,35 +217,41 @@ def _add_norm_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, rstd_ptr, dx_ptr, d
         if HAS_DRES:
             dx += tl.load(dres_ptr + row * DIM + cols, mask=mask, other=0.)
         tl.store(dx_ptr + row * DIM + cols, dx, mask=mask)
+        if HAS_SCALE:
+            dx *= tl.load(scale_ptr + row // seqlen, mask=row < nrows, other=0.)
+        tl.store(dh_ptr + row * DIM + cols, dx.to(dh_ptr.dtype.element_ty), mask=mask)
     tl.store(dw_ptr + pid * DIM + cols, dw, mask=cmask)
 
 
 class _AddRMSNorm(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, h, residual, weight, eps, out_dtype):
+    def forward(ctx, h, residual, weight, eps, out_dtype, scale):
         dim = h.shape[-1]
         h2 = h.contiguous().view(-1, dim)
         res2 = residual.contiguous().view(-1, dim) if residual is not None else None
         rows = h2.shape[0]
+        seqlen = rows // h.shape[0] if h.dim() > 1 else 1
         res_out = torch.empty(rows, dim, device=h.device, dtype=torch.float32)
         out = torch.empty(rows, dim, device=h.device, dtype=out_dtype)
         rstd = torch.empty(rows, device=h.device, dtype=torch.float32)
         block = triton.next_power_of_2(dim)
         _add_norm_fwd_kernel[(rows, )](
-            h2, res2 if res2 is not None else h2, weight, res_out, out, rstd, eps,
-            DIM=dim, BLOCK=block, HAS_RESIDUAL=res2 is not None,
+            h2, res2 if res2 is not None else h2, scale if scale is not None else rstd,
+            weight, res_out, out, rstd, eps, seqlen, DIM=dim, BLOCK=block,
+            HAS_RESIDUAL=res2 is not None, HAS_SCALE=scale is not None,
             num_warps=max(1, min(8, block // 256)))
-        ctx.save_for_backward(res_out, weight, rstd)
-        ctx.meta = (h.dtype, residual is not None, weight.dtype, h.shape)
+        ctx.save_for_backward(res_out, weight, rstd, scale)
+        ctx.meta = (h.dtype, residual is not None, weight.dtype, h.shape, seqlen)
         return res_out.view(h.shape), out.view(h.shape)
 
     @staticmethod
     def backward(ctx, dres_out, dout):
-        res_out, weight, rstd = ctx.saved_tensors
-        h_dtype, has_residual, w_dtype, shape = ctx.meta
+        res_out, weight, rstd, scale = ctx.saved_tensors
+        h_dtype, has_residual, w_dtype, shape, seqlen = ctx.meta
         rows, dim = res_out.shape
         dx = torch.empty(rows, dim, device=res_out.device, dtype=torch.float32)
+        dh = torch.empty(rows, dim, device=res_out.device, dtype=h_dtype)
         programs = triton.cdiv(rows, ADD_NORM_ROWS)
         dw = torch.empty(programs, dim, device=res_out.device, dtype=torch.float32)
         if dout is None:
@@ -248,26 +259,30 @@ class _AddRMSNorm(torch.autograd.Function):
         block = triton.next_power_of_2(dim)
         _add_norm_bwd_kernel[(programs, )](
             dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
-            res_out, weight, rstd, dx, dw, rows, DIM=dim, BLOCK=block,
-            HAS_DRES=dres_out is not None, ROWS=ADD_NORM_ROWS,
+            res_out, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,
+            rows, seqlen, DIM=dim, BLOCK=block, HAS_DRES=dres_out is not None,
+            HAS_SCALE=scale is not None, ROWS=ADD_NORM_ROWS,
             num_warps=max(1, min(8, block // 256)))
-        dx = dx.view(shape)
-        dh = dx.to(h_dtype) if h_dtype != torch.float32 else dx.clone()
-        return dh, dx if has_residual else None, dw.sum(0).to(w_dtype), None, None
+        return (dh.view(shape), dx.view(shape) if has_residual else None,
+                dw.sum(0).to(w_dtype), None, None, None)
 
 
 def add_rms_norm_triton(h: Tensor, residual, weight: Tensor, eps: float,
-                        out_dtype: torch.dtype):
-    """``residual = h + residual`` (float32) and its RMSNorm, in one kernel.
+                        out_dtype: torch.dtype, scale=None):
+    """``residual = scale * h + residual`` (float32) and its RMSNorm, in one kernel.
 
     Args:
-        h (Tensor): (..., dim).
-        residual (Tensor, optional): (..., dim) float32; None means zero.
+        h (Tensor): (batch, ..., dim).
+        residual (Tensor, optional): like h, float32; None means zero.
         weight (Tensor): (dim,).
         eps (float): RMSNorm eps.
         out_dtype (torch.dtype): dtype of the normed output.
+        scale (Tensor, optional): (batch,) float32 per-sample factor of h
+            (stochastic depth); None means 1.
 
     Returns:
         tuple: the new residual (..., dim) float32 and the normed (..., dim).
     """
-    return _AddRMSNorm.apply(h, residual, weight, eps, out_dtype)
+    if scale is not None:
+        scale = scale.float().contiguous()
+    return _AddRMSNorm.apply(h, residual, weight, eps, out_dtype, scale)
