@@ -281,6 +281,52 @@ def test_scan_work_splits_do_not_change_result():
             assert rel(a, b) < FP32_TOL
 
 
+@pytest.mark.parametrize('cap', [128, 168])
+def test_register_caps_do_not_change_result(cap):
+    """Capping registers (the default for big grids, :func:`occupancy_maxnreg`)
+    only moves values between registers and spill memory: bf16, 64-wide heads and
+    states as DinoVim-B, forward and backward equal the uncapped kernels'."""
+    from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
+    torch.manual_seed(0)
+    batch, seqlen, nheads, P, N = 3, 198, 4, 64, 64
+    di = nheads * P
+    xbc = torch.randn(batch, seqlen, 2, di + 2 * N, device='cuda').bfloat16()
+    raw = (torch.randn(batch, seqlen, nheads, device='cuda') - 2).bfloat16()
+    bias = torch.randn(2 * nheads, device='cuda') * 0.5 - 3
+    A = -torch.rand(2 * nheads, device='cuda') * 15 - 1
+    D = torch.randn(2 * nheads, P, device='cuda')
+    shape = (batch, seqlen, 2, nheads, P)
+    outs = []
+    for chunk, reg in ((32, None), (32, cap), (64, None), (64, cap)):
+        args = ScanArgs(xbc[..., :di].view(shape),
+                        xbc[..., di:di + N].view(batch, seqlen, 2, 1, N),
+                        xbc[..., di + N:].view(batch, seqlen, 2, 1, N), raw, bias, A, D,
+                        True, chunk)
+        if chunk == 32:
+            outs.append([scan_forward(args, torch.empty(shape, device='cuda',
+                                                        dtype=torch.bfloat16),
+                                      maxnreg=reg)])
+        else:
+            dy = torch.randn(shape, device='cuda', generator=torch.Generator(
+                'cuda').manual_seed(1)).bfloat16()
+            dx = torch.empty_like(dy)
+            outs.append([dx, *scan_backward(args, dy, dx, maxnreg=reg,
+                                            states_maxnreg=reg)])
+    for free, capped in ((outs[0], outs[1]), (outs[2], outs[3])):
+        for a, b in zip(free, capped):
+            assert rel(b, a) < 1e-6
+
+
+def test_occupancy_cap_only_for_big_grids():
+    from mmdinomamba.ops.triton.ssd_scan import (OCCUPANCY_MAXNREG,
+                                                 OCCUPANCY_PROGRAMS_PER_SM,
+                                                 occupancy_maxnreg)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    dev = torch.device('cuda')
+    assert occupancy_maxnreg(OCCUPANCY_PROGRAMS_PER_SM * sms, dev) is None
+    assert occupancy_maxnreg(OCCUPANCY_PROGRAMS_PER_SM * sms + 1, dev) == OCCUPANCY_MAXNREG
+
+
 def test_fused_dinovim_replays_from_a_cuda_graph():
     """The fused path never reads the device from the host, so a whole forward can
     be captured in a CUDA graph; a replay on new input equals the eager forward."""

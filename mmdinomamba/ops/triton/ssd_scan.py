@@ -344,7 +344,9 @@ def _ssd_bwd_chunk_kernel(
     offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
         0, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     causal = offs_q[:, None] >= offs_q[None, :]
-    row = (b * nslots + slot) * nchunks + c  # (image, slot, chunk) of the partials
+    row = (b * nslots + slot) * nchunks + c  # (image, slot, chunk): the states
+    # (slot, image, chunk): the partial sums, reduced over one contiguous axis
+    part = (slot * tl.num_programs(1) + b) * nchunks + c
     A = tl.load(A_ptr + slot).to(tl.float32)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
@@ -389,19 +391,19 @@ def _ssd_bwd_chunk_kernel(
     # g = cumsum(a): da_k = sum_{i >= k} dg_i
     da = tl.sum(tl.where(offs_q[None, :] >= offs_q[:, None], dg[None, :], 0.), 1)
     ddt = A * da + tl.sum(x.to(tl.float32) * dX, 1)
-    tl.store(dA_ptr + row, tl.sum(dt * da, 0))
+    tl.store(dA_ptr + part, tl.sum(dt * da, 0))
     dxv = dt[:, None] * dX
     if HAS_D:
         Dv = tl.load(D_ptr + slot * HEADDIM + offs_p, mask=mask_p, other=0.)
         dxv += Dv[None, :] * dy.to(tl.float32)
-        tl.store(dD_ptr + row * HEADDIM + offs_p,
+        tl.store(dD_ptr + part * HEADDIM + offs_p,
                  tl.sum(x.to(tl.float32) * dy.to(tl.float32), 0), mask=mask_p)
     tl.store(dx_base + pos[:, None] * s_gl + offs_p[None, :],
              dxv.to(dx_ptr.dtype.element_ty), mask=mask_qp)
     if DT_SOFTPLUS:
         ddt = ddt * tl.sigmoid(raw)
     ddt = tl.where(valid, ddt, 0.)
-    tl.store(dbias_ptr + row, tl.sum(ddt, 0))
+    tl.store(dbias_ptr + part, tl.sum(ddt, 0))
     tl.store(ddt_ptr + (b * seqlen + pos) * nslots + slot, ddt, mask=valid)
 
 
@@ -493,8 +495,29 @@ def default_p_blocks(args: ScanArgs) -> int:
     return max(1, min(2, _block(args.headdim) // 16))
 
 
+# Register cap per thread of the serial-over-chunks kernels (forward scan, state
+# sweeps) when they have many programs: at 168 registers a multiprocessor holds
+# three programs of 4 warps instead of two, which pays for the spills once there
+# are enough programs to fill the extra places. Measured on an H200, DinoVim-B,
+# both directions: at 128 x 198 tokens (6144 programs) the forward 0.320 -> 0.301
+# ms and the whole backward 1.464 -> 1.407 ms (DinoVim-S 0.166 -> 0.156 and 0.785
+# -> 0.756); at 4 x 4098 tokens (192 programs) the cap is slower (forward 0.234 ->
+# 0.298, backward 0.915 -> 0.944), and 128 registers was slower everywhere.
+OCCUPANCY_MAXNREG = 168
+OCCUPANCY_PROGRAMS_PER_SM = 8
+
+
+def occupancy_maxnreg(programs: int, device: torch.device):
+    """:data:`OCCUPANCY_MAXNREG` when there are more than
+    :data:`OCCUPANCY_PROGRAMS_PER_SM` programs per multiprocessor, else None (no
+    cap)."""
+    if programs > OCCUPANCY_PROGRAMS_PER_SM * _sm_count(device):
+        return OCCUPANCY_MAXNREG
+    return None
+
+
 def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 1,
-                 p_blocks: int = 0, maxnreg=None) -> Tensor:
+                 p_blocks: int = 0, maxnreg='auto') -> Tensor:
     """Run the forward kernel, writing into ``y`` (a 5-d view like ``x``).
 
     With ``segments > 1`` each sequence is cut into that many segments scanned in
@@ -504,9 +527,8 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 
     case tried on an H200, down to batch 1 x 4098 tokens, so not the default).
     ``p_blocks`` splits each head's channels over that many programs (a power of
     two, leaving at least 16 channels each); 0 picks :func:`default_p_blocks`.
-    ``maxnreg`` caps the registers per thread (None: the compiler's choice; a cap
-    of 128 measured 8% faster at batch 128 x 198 tokens on an H200 but gave wrong
-    results with 64-wide heads and states in the tests, so it is not used).
+    ``maxnreg`` caps the registers per thread (None: the compiler's choice;
+    'auto': :func:`occupancy_maxnreg`).
     """
     const = args.constexprs()
     p_blocks = p_blocks or default_p_blocks(args)
@@ -517,6 +539,8 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 
     seg_chunks = triton.cdiv(args.nchunks, segments)
     segments = triton.cdiv(args.nchunks, seg_chunks)
     grid = (args.nslots * p_blocks, args.batch, segments)
+    if maxnreg == 'auto':
+        maxnreg = occupancy_maxnreg(grid[0] * grid[1] * grid[2], y.device)
     D = args.D if args.D is not None else args.A
     common = (args.seqlen, args.nheads, args.nheads // args.ngroups, args.nslots,
               seg_chunks, *args.common()[3:], *[y.stride(i) for i in range(4)])
@@ -542,7 +566,7 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 
 
 
 def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
-                  states_warps: int = 4):
+                  states_warps: int = 4, maxnreg=None, states_maxnreg='auto'):
     """Run the backward kernels: the two state sweeps, then every chunk in parallel.
 
     Args:
@@ -551,6 +575,10 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         dx (Tensor): written with the gradient of x (5-d view like ``x``).
         num_warps (int): warps per program of the per-chunk kernel.
         states_warps (int): warps per program of the state sweeps.
+        maxnreg, states_maxnreg (int, optional): register caps per thread of the
+            per-chunk kernel and the state sweeps (None: the compiler's choice;
+            'auto': :func:`occupancy_maxnreg`). Caps of 128 to 192 made the
+            per-chunk kernel 14-34% slower on an H200, so it has none by default.
 
     Returns:
         tuple: ``dB``, ``dC`` (batch, seqlen, slots, dstate) in x's dtype, per
@@ -573,18 +601,19 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
                      dtype=args.x.dtype)
     dC = torch.empty_like(dB)
     ddt = torch.empty(batch, seqlen, nslots, **kw)
-    dA = torch.empty(batch, nslots, nchunks, **kw)
+    dA = torch.empty(nslots, batch * nchunks, **kw)
     dbias = torch.empty_like(dA)
-    dD = torch.empty(batch, nslots, nchunks, args.headdim, **kw) \
+    dD = torch.empty(nslots, batch * nchunks, args.headdim, **kw) \
         if args.D is not None else None
     D = args.D if args.D is not None else args.A
     common = (seqlen, args.nheads, args.nheads // args.ngroups, nslots, nchunks,
               *args.common()[3:], *[dy.stride(i) for i in range(4)])
     const_states = {k: v for k, v in const.items() if k != 'HAS_D'}
+    if states_maxnreg == 'auto':
+        states_maxnreg = occupancy_maxnreg(nslots * batch, dy.device)
     _ssd_bwd_states_kernel[(nslots, batch)](
         args.x, args.B, args.C, args.dt, args.dt_bias, args.A, dy, hin, dout, carry,
-        *common,
-        num_warps=states_warps, **const_states)
+        *common, num_warps=states_warps, maxnreg=states_maxnreg, **const_states)
     # every chunk in parallel; a short last chunk (6 of 64 tokens at 198) in its own
     # launch with a tile that fits it, instead of a full tile that is mostly masked
     chunk = args.chunk
@@ -597,10 +626,9 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         if count:
             _ssd_bwd_chunk_kernel[(nslots, batch, count)](
                 *chunk_args, *common[:5], first, chunk, *strides, num_warps=num_warps,
-                **dict(const, CHUNK=tile))
+                maxnreg=maxnreg, **dict(const, CHUNK=tile))
     # one reduction each over images and chunks
-    return (dB, dC, ddt, dA.sum((0, 2)), dbias.sum((0, 2)),
-            dD.sum((0, 2)) if dD is not None else None)
+    return (dB, dC, ddt, dA.sum(1), dbias.sum(1), dD.sum(1) if dD is not None else None)
 
 
 def sum_heads(partials: Tensor, ndir: int, ngroups: int, out=None) -> Tensor:
