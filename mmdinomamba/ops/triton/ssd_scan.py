@@ -500,9 +500,10 @@ def default_p_blocks(args: ScanArgs) -> int:
 # three programs of 4 warps instead of two, which pays for the spills once there
 # are enough programs to fill the extra places. Measured on an H200, DinoVim-B,
 # both directions: at 128 x 198 tokens (6144 programs) the forward 0.320 -> 0.301
-# ms and the whole backward 1.464 -> 1.407 ms (DinoVim-S 0.166 -> 0.156 and 0.785
-# -> 0.756); at 4 x 4098 tokens (192 programs) the cap is slower (forward 0.234 ->
-# 0.298, backward 0.915 -> 0.944), and 128 registers was slower everywhere.
+# ms and the whole backward 1.464 -> 1.407 ms (with 12 heads a direction, 0.166 ->
+# 0.156 and 0.785 -> 0.756); at 4 x 4098 tokens (192 programs) the cap is slower
+# (forward 0.234 -> 0.298, backward 0.915 -> 0.944), and 128 registers was slower
+# everywhere.
 OCCUPANCY_MAXNREG = 168
 OCCUPANCY_PROGRAMS_PER_SM = 8
 
