@@ -141,7 +141,8 @@ def _grads(module, u, out, dy):
 @pytest.mark.parametrize('amp', [False, True])
 @pytest.mark.parametrize('cfg', [
     dict(dim=128, d_state=64, headdim=64, bidirectional=True, seqlen=198),
-    dict(dim=64, d_state=16, headdim=16, ngroups=2, bidirectional=True, seqlen=70),
+    dict(dim=64, d_state=16, headdim=16, ngroups=2, bidirectional=True, seqlen=70,
+         bias=True),
     dict(dim=64, d_state=32, headdim=32, bidirectional=False, seqlen=45),
 ])
 def test_fused_mixer_matches_reference_path(cfg, amp):

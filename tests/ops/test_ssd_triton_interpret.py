@@ -55,7 +55,7 @@ for name, a, b in zip('x dt A B C D dt_bias z'.split(), g, g_ref):
     errors['scan.d' + name] = rel(a, b)
 
 # bidirectional mixer: fused core vs the reference path of the same module
-mixer = SSDMixer(32, d_state=16, headdim=16, chunk_size=16).double()
+mixer = SSDMixer(32, d_state=16, headdim=16, chunk_size=16, bias=True).double()
 with torch.no_grad():
     for name, p in mixer.named_parameters():
         if 'norm' in name or name.startswith('D'):
@@ -67,7 +67,7 @@ dy = torch.randn_like(y_ref)
 g_ref = torch.autograd.grad(y_ref, params, dy)
 mixer.float()
 u32 = u.detach().float().requires_grad_()
-y = mixer.out_proj(mixer._fused_core(mixer.in_proj(u32)))
+y = mixer._fused_core(mixer.in_proj(u32))
 g = torch.autograd.grad(y, [u32] + list(mixer.parameters()), dy.float())
 errors['mixer.y'] = rel(y, y_ref)
 names = ['u'] + [n for n, _ in mixer.named_parameters()]

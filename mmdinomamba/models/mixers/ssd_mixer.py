@@ -35,9 +35,9 @@ class SSDMixer(nn.Module):
     ``out_proj``. Parameter names follow the official layout, so released
     checkpoints load one-to-one.
 
-    On CUDA with ``ssd_backend`` 'auto' or 'triton', everything between the two
-    projections (both directions' conv + SiLU, SSD scans and gated norms, and
-    the average) runs as fused Triton kernels
+    On CUDA with ``ssd_backend`` 'auto' or 'triton', everything after ``in_proj``
+    (both directions' conv + SiLU, SSD scans and gated norms, the average, and
+    ``out_proj``) runs as one autograd function of fused Triton kernels
     (:func:`mmdinomamba.ops.triton.ssd_mixer_core`, for ``d_conv=4``); elsewhere it runs the
     PyTorch reference path below, one direction at a time. Both compute the same
     function.
@@ -188,7 +188,7 @@ class SSDMixer(nn.Module):
                              f'{self.dim}), got {tuple(u.shape)}')
         zxbcdt = self.in_proj(u)
         if self.uses_fused_path(zxbcdt):
-            return self.out_proj(self._fused_core(zxbcdt))
+            return self._fused_core(zxbcdt)
         y = self._run_direction(zxbcdt, 'forward')
         if self.bidirectional:
             y_b = self._run_direction(zxbcdt.flip(1), 'backward').flip(1)
@@ -204,7 +204,7 @@ class SSDMixer(nn.Module):
         return resolve_backend(self.ssd_backend, zxbcdt.device) == 'triton'
 
     def _fused_core(self, zxbcdt: Tensor) -> Tensor:
-        """All directions between the projections in fused kernels: (batch, seqlen, d_inner)."""
+        """All directions and ``out_proj`` in fused kernels: (batch, seqlen, dim)."""
         from mmdinomamba.ops.triton import ssd_mixer_core
         from mmdinomamba.ops.triton.mixer import MixerDims
         params = [self._direction_params(d) for d in self.directions]
@@ -217,7 +217,8 @@ class SSDMixer(nn.Module):
             torch.cat([p['dt_bias'] for p in params]),
             torch.cat([p['A_log'] for p in params]),
             torch.cat([p['D'] for p in params]),
-            torch.stack([p['norm'].weight for p in params]), dims)
+            torch.stack([p['norm'].weight for p in params]), self.out_proj.weight,
+            self.out_proj.bias, dims)
 
     @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:

@@ -1,15 +1,19 @@
-"""The SSD mixer between its two projections, as one autograd function.
+"""The SSD mixer after its input projection, as one autograd function.
 
 From the packed projection ``zxbcdt = in_proj(u)`` (order ``[z, x, B, C, dt]``) to
-the input of ``out_proj``, for one (causal) or two (bidirectional) directions::
+the mixer's output, for one (causal) or two (bidirectional) directions::
 
     xBC_d = silu(conv_d(xBC))                      (conv.py, both directions, one pass)
     y_d   = ssd_d(x_d, dt, A_d, B_d, C_d, D_d)     (ssd_scan.py, both directions, one launch)
     out   = mean_d(rmsnorm(y_d * silu(z)) * w_d)   (norm.py)
+    res   = out_proj(out)
 
 Direction 1 is the official "bimamba v2" backward direction (flip, causal scan,
-flip back), computed in sequence order without flips. The backward pass
-recomputes the conv outputs instead of storing them.
+flip back), computed in sequence order without flips. Memory: the conv outputs
+are stored for the backward and ``out`` is not: the gated-norm backward writes it
+again just before ``out_proj``'s weight gradient needs it (the conv outputs are
+about twice its size; storing them instead of recomputing them saves a conv
+pass, and not storing ``out`` keeps the training peak about where it was).
 """
 from typing import NamedTuple, Optional
 
@@ -61,7 +65,8 @@ def _scan_args(xbc2: Tensor, dt: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor,
 class _MixerCore(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, dims):
+    def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, out_w, out_b,
+                dims):
         zxbcdt = zxbcdt.contiguous()
         batch, seqlen, _ = zxbcdt.shape
         z, xBC, dt = _views(zxbcdt, dims)
@@ -78,33 +83,43 @@ class _MixerCore(torch.autograd.Function):
             y2.view(-1, dims.ndir, dims.d_inner), z.reshape(-1, dims.d_inner),
             norm_w.float().contiguous(), dims.eps, dims.ngroups,
             out.view(-1, dims.d_inner))
-        ctx.save_for_backward(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, y2,
-                              rstd)
+        # out_proj in the compute dtype, as nn.Linear under autocast
+        w_c = out_w.to(zxbcdt.dtype)
+        b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
+        ctx.save_for_backward(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, xbc2,
+                              y2, rstd, w_c)
         ctx.dims = dims
-        return out
+        ctx.meta = (out_w.dtype, out_b is not None)
+        return torch.nn.functional.linear(out, w_c, b_c)
 
     @staticmethod
-    def backward(ctx, dout):
-        zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, y2, rstd = ctx.saved_tensors
+    def backward(ctx, dres):
+        (zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, xbc2, y2, rstd,
+         w_c) = ctx.saved_tensors
         dims = ctx.dims
+        out_w_dtype, has_out_b = ctx.meta
         batch, seqlen, _ = zxbcdt.shape
         di = dims.d_inner
         z, xBC, dt = _views(zxbcdt, dims)
         w32 = conv_w.float().contiguous()
         b32 = conv_b.float().contiguous() if conv_b is not None else None
-        xbc2 = conv_forward(xBC, w32, b32, zxbcdt.new_empty(
-            batch, seqlen, dims.ndir, xBC.shape[-1]))
         A = -torch.exp(A_log.float())
         args = _scan_args(xbc2, dt, dt_bias, A, D, dims,
                           ssd_scan.default_backward_chunk(seqlen))
 
+        # out_proj: the input gradient, then the norm's output again for the weights
+        dres2 = dres.reshape(-1, dres.shape[-1]).to(w_c.dtype)
+        dout = dres2 @ w_c
+        out = torch.empty_like(dout)
         dzxbcdt = torch.empty_like(zxbcdt)
         dz, dxBC, ddt_raw = _views(dzxbcdt, dims)
         dy2 = torch.empty_like(y2)
         dnorm_w = gated_norm_backward(
-            dout.contiguous().view(-1, di), y2.view(-1, dims.ndir, di),
-            z.reshape(-1, di), norm_w.float().contiguous(), rstd,
-            dy2.view(-1, dims.ndir, di), dz.view(-1, di))
+            dout, y2.view(-1, dims.ndir, di), z.reshape(-1, di),
+            norm_w.float().contiguous(), rstd, dy2.view(-1, dims.ndir, di),
+            dz.view(-1, di), out=out)
+        dout_w = (dres2.t() @ out).to(out_w_dtype)
+        dout_b = dres2.sum(0, dtype=torch.float32).to(out_w_dtype) if has_out_b else None
 
         dxbc2 = torch.empty_like(xbc2)
         dx_out, dB_out, dC_out = _split_xbc(dxbc2, dims)
@@ -117,13 +132,13 @@ class _MixerCore(torch.autograd.Function):
         return (dzxbcdt, dconv_w.to(conv_w.dtype),
                 dconv_b.to(conv_b.dtype) if conv_b is not None else None,
                 dbias.to(dt_bias.dtype), dA_log.to(A_log.dtype),
-                dD.sum(-1).to(D.dtype), dnorm_w.to(norm_w.dtype), None)
+                dD.sum(-1).to(D.dtype), dnorm_w.to(norm_w.dtype), dout_w, dout_b, None)
 
 
 def ssd_mixer_core(zxbcdt: Tensor, conv_w: Tensor, conv_b: Optional[Tensor],
                    dt_bias: Tensor, A_log: Tensor, D: Tensor, norm_w: Tensor,
-                   dims: MixerDims) -> Tensor:
-    """Conv, SSD scan and gated norm of every direction, averaged.
+                   out_w: Tensor, out_b: Optional[Tensor], dims: MixerDims) -> Tensor:
+    """Conv, SSD scan and gated norm of every direction, averaged, then ``out_proj``.
 
     Args:
         zxbcdt (Tensor): (batch, seqlen, 2 * d_inner + 2 * ngroups * d_state + nheads),
@@ -132,9 +147,12 @@ def ssd_mixer_core(zxbcdt: Tensor, conv_w: Tensor, conv_b: Optional[Tensor],
         conv_b (Tensor, optional): (ndir, conv_dim).
         dt_bias, A_log, D (Tensor): (ndir * nheads,), directions concatenated.
         norm_w (Tensor): (ndir, d_inner) gated-norm weights.
+        out_w (Tensor): (dim, d_inner) ``out_proj`` weight.
+        out_b (Tensor, optional): (dim,) ``out_proj`` bias.
         dims (MixerDims): sizes.
 
     Returns:
-        Tensor: (batch, seqlen, d_inner), the input of ``out_proj``, in zxbcdt's dtype.
+        Tensor: (batch, seqlen, dim), the mixer's output, in zxbcdt's dtype.
     """
-    return _MixerCore.apply(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, dims)
+    return _MixerCore.apply(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, out_w,
+                            out_b, dims)

@@ -64,12 +64,15 @@ def _gated_norm_fwd_kernel(y_ptr, z_ptr, w_ptr, out_ptr, rstd_ptr, eps,
 
 @triton.jit
 def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_ptr,
-                           dw_ptr, nrows, s_dor, s_yr, s_yd, s_zr, s_dzr,
+                           dw_ptr, out_ptr, nrows, s_dor, s_yr, s_yd, s_zr, s_dzr, s_or,
                            DIM: tl.constexpr, GROUP: tl.constexpr,
                            NGROUPS: tl.constexpr, NDIR: tl.constexpr,
                            BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
-                           ROWS: tl.constexpr, ROW_ALIGN: tl.constexpr):
+                           ROWS: tl.constexpr, ROW_ALIGN: tl.constexpr,
+                           HAS_OUT: tl.constexpr):
+    """HAS_OUT: also write the forward's output again (recomputed, not stored)."""
     s_dor = s_dor * ROW_ALIGN
+    s_or = s_or * ROW_ALIGN
     s_yr = s_yr * ROW_ALIGN
     s_yd = s_yd * ROW_ALIGN
     s_zr = s_zr * ROW_ALIGN
@@ -93,6 +96,7 @@ def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_p
         gate = z * sig
         dgate = sig * (1. + z * (1. - sig))
         dz = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
+        out = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
         for d in tl.static_range(NDIR):
             y = tl.load(y_ptr + row * s_yr + d * s_yd + cols, mask=mask,
                         other=0.).to(tl.float32)
@@ -102,14 +106,21 @@ def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_p
             if d == 0:
                 dn = dout * w0
                 dw0 += dout * n
+                if HAS_OUT:
+                    out += n * w0
             else:
                 dn = dout * w1
                 dw1 += dout * n
+                if HAS_OUT:
+                    out += n * w1
             dv = rstd[:, None] * (dn - n * (tl.sum(dn * n, 1) / GROUP)[:, None])
             tl.store(dy_ptr + row * s_yr + d * s_yd + cols,
                      (dv * gate).to(dy_ptr.dtype.element_ty), mask=mask)
             dz += dv * y * dgate
         tl.store(dz_ptr + row * s_dzr + cols, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+        if HAS_OUT:
+            tl.store(out_ptr + row * s_or + cols, (out / NDIR).to(out_ptr.dtype.element_ty),
+                     mask=mask)
     tl.store(dw_ptr + pid * NDIR * DIM + cols, dw0, mask=cmask)
     if NDIR == 2:
         tl.store(dw_ptr + (pid * NDIR + 1) * DIM + cols, dw1, mask=cmask)
@@ -149,20 +160,22 @@ def gated_norm_forward(y: Tensor, z: Tensor, weight: Tensor, eps: float, ngroups
 
 
 def gated_norm_backward(dout: Tensor, y: Tensor, z: Tensor, weight: Tensor,
-                        rstd: Tensor, dy: Tensor, dz: Tensor) -> Tensor:
+                        rstd: Tensor, dy: Tensor, dz: Tensor, out=None) -> Tensor:
     """Backward of :func:`gated_norm_forward`; writes ``dy`` (like y) and ``dz``
-    (like z) and returns the weight gradient (ndir, dim) float32."""
+    (like z), and the forward's output again into ``out`` (rows, dim) if given,
+    and returns the weight gradient (ndir, dim) float32."""
     rows, ndir, dim = y.shape
     ngroups = rstd.shape[-1]
     blocks = _norm_blocks(dim, ngroups)
     programs = triton.cdiv(rows, GATED_NORM_ROWS)
     dw = torch.empty(programs, ndir, dim, device=y.device, dtype=torch.float32)
-    strides = (dout.stride(0), y.stride(0), y.stride(1), z.stride(0), dz.stride(0))
+    strides = (dout.stride(0), y.stride(0), y.stride(1), z.stride(0), dz.stride(0),
+               out.stride(0) if out is not None else dz.stride(0))
     align = row_align(y.element_size(), *strides)
     _gated_norm_bwd_kernel[(programs, )](
-        dout, y, z, weight, rstd, dy, dz, dw, rows, *[s // align for s in strides],
-        NDIR=ndir, ROWS=GATED_NORM_ROWS, ROW_ALIGN=align, num_warps=_warps(blocks),
-        **blocks)
+        dout, y, z, weight, rstd, dy, dz, dw, out if out is not None else dz, rows,
+        *[s // align for s in strides], NDIR=ndir, ROWS=GATED_NORM_ROWS,
+        ROW_ALIGN=align, HAS_OUT=out is not None, num_warps=_warps(blocks), **blocks)
     return dw.sum(0)
 
 
