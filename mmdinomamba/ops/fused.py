@@ -53,16 +53,18 @@ def add_rms_norm(h: Tensor, residual: Optional[Tensor], weight: Tensor,
 
     Args:
         h (Tensor): (batch, ..., dim), the previous block's output (or the tokens).
-        residual (Tensor, optional): like h, the float32 stream; None for the
-            first block, whose stream starts as ``h`` in float32.
+        residual (Tensor, optional): like h, the stream (float32, or float64
+            for float64 inputs); None for the first block, whose stream starts
+            as ``h``.
         weight (Tensor): (dim,) RMSNorm scale.
         eps (float): RMSNorm eps. Defaults to 1e-5.
         scale (Tensor, optional): (batch,) per-sample factor of ``h``, applied in
-            float32: stochastic depth's 0 or ``1 / keep``
+            the stream's dtype: stochastic depth's 0 or ``1 / keep``
             (:meth:`mmdinomamba.models.utils.DropPath.sample_scale`). None means 1.
 
     Returns:
-        tuple: the new stream (..., dim) float32 and its RMSNorm (..., dim), in
+        tuple: the new stream (..., dim) (float32, float64 for float64 inputs)
+        and its RMSNorm (..., dim), in
         the dtype the next matmul computes in (the PyTorch path returns the
         weight's dtype and leaves the cast to autocast: same values).
     """
@@ -72,8 +74,8 @@ def add_rms_norm(h: Tensor, residual: Optional[Tensor], weight: Tensor,
     if use_triton(h):
         from .triton import add_rms_norm_triton
         return add_rms_norm_triton(h, residual, weight, eps, compute_dtype(weight), scale)
-    h = h.float()
+    h = h.to(torch.promote_types(h.dtype, torch.float32))  # float64 stays float64
     if scale is not None:
-        h = h * scale.float().view(-1, *(1, ) * (h.dim() - 1))
+        h = h * scale.to(h.dtype).view(-1, *(1, ) * (h.dim() - 1))
     residual = h if residual is None else residual + h
     return residual, rms_norm(residual.to(weight.dtype), weight, eps)
