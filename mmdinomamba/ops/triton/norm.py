@@ -104,15 +104,14 @@ def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_p
                            mask=(offs_g < NGROUPS) & (row < nrows), other=0.)
             n = y * gate * rstd[:, None]
             if d == 0:
-                dn = dout * w0
+                wd = w0
                 dw0 += dout * n
-                if HAS_OUT:
-                    out += n * w0
             else:
-                dn = dout * w1
+                wd = w1
                 dw1 += dout * n
-                if HAS_OUT:
-                    out += n * w1
+            dn = dout * wd
+            if HAS_OUT:
+                out += n * wd
             dv = rstd[:, None] * (dn - n * (tl.sum(dn * n, 1) / GROUP)[:, None])
             tl.store(dy_ptr + row * s_yr + d * s_yd + cols,
                      (dv * gate).to(dy_ptr.dtype.element_ty), mask=mask)

@@ -82,26 +82,29 @@ def _load_raw(t0, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl, C_
 
 @triton.jit
 def _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS: tl.constexpr):
-    """From the loaded raw dt: raw dt + bias (float32), dt and dt * A (0 off the mask)."""
+    """From the loaded raw dt: raw dt + bias (float32), dt (0 off the mask), the
+    within-chunk cumulative log-decay ``g = cumsum(dt * A)`` and its last value."""
     raw = raw.to(tl.float32) + bias
     if DT_SOFTPLUS:
         dt = softplus_fp32(raw)
     else:
         dt = raw
     dt = tl.where(valid, dt, 0.)
-    return raw, dt, dt * A
+    a = dt * A
+    return raw, dt, tl.cumsum(a, 0), tl.sum(a, 0)
 
 
 @triton.jit
 def _load_chunk(t0, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base, s_Bl,
                 C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n,
                 DT_SOFTPLUS: tl.constexpr):
-    """One chunk in scan order: raw dt + bias, dt, dt * A, x, B, C and the token mask."""
+    """One chunk in scan order: raw dt + bias, dt, g and g_last (see
+    :func:`_chunk_steps`), x, B, C and the token mask."""
     pos, valid, raw, x, Bt, Ct = _load_raw(t0, seqlen, reverse, dt_base, s_tl, x_base,
                                            s_xl, B_base, s_Bl, C_base, s_Cl, offs_q,
                                            offs_p, offs_n, mask_p, mask_n)
-    raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
-    return pos, valid, raw, dt, a, x, Bt, Ct
+    raw, dt, gcs, glast = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
+    return pos, valid, raw, dt, gcs, glast, x, Bt, Ct
 
 
 @triton.jit
@@ -188,9 +191,7 @@ def _ssd_fwd_kernel(
         n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
             (c + 1) * CHUNK, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl,
             C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n)
-        raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
-        gcs = tl.cumsum(a, 0)
-        glast = tl.sum(a, 0)
+        raw, dt, gcs, glast = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         xdt = x.to(tl.float32) * dt[:, None]
         if not STATE_ONLY:
             # 1. intra-chunk: (L o C B^T) X
@@ -276,9 +277,7 @@ def _ssd_bwd_states_kernel(
         n_pos, n_valid, n_raw, n_x, n_B, n_C = _load_raw(
             (c + 1) * CHUNK, seqlen, reverse, dt_base, s_tl, x_base, s_xl, B_base, s_Bl,
             C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n)
-        raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
-        gcs = tl.cumsum(a, 0)
-        glast = tl.sum(a, 0)
+        raw, dt, gcs, glast = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         xdt = x.to(tl.float32) * (dt * tl.exp(glast - gcs))[:, None]
         state = state * tl.exp(glast) + tl.dot(tl.trans(xdt.to(x.dtype)), Bt,
                                                input_precision=DOT_PREC)
@@ -304,9 +303,7 @@ def _ssd_bwd_states_kernel(
                       mask=(offs_state >= 0) & (c > 0), other=0.)
         tl.store(carry_ptr + (b * nslots + slot) * nchunks + c,
                  tl.sum(tl.sum(dstate * h_in.to(tl.float32), 1), 0))
-        raw, dt, a = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
-        gcs = tl.cumsum(a, 0)
-        glast = tl.sum(a, 0)
+        raw, dt, gcs, glast = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
         dye = dy.to(tl.float32) * tl.exp(gcs)[:, None]
         dstate = dstate * tl.exp(glast) + tl.dot(tl.trans(dye.to(dy.dtype)), Ct,
                                                  input_precision=DOT_PREC)
@@ -350,7 +347,7 @@ def _ssd_bwd_chunk_kernel(
     A = tl.load(A_ptr + slot).to(tl.float32)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
-    pos, valid, raw, dt, a, x, Bt, Ct = _load_chunk(
+    pos, valid, raw, dt, gcs, glast, x, Bt, Ct = _load_chunk(
         c * chunk_len, seqlen, reverse, dt_base, s_tl, bias, A, x_base, s_xl, B_base,
         s_Bl, C_base, s_Cl, offs_q, offs_p, offs_n, mask_p, mask_n, DT_SOFTPLUS)
     mask_qp = valid[:, None] & mask_p[None, :]
@@ -359,8 +356,6 @@ def _ssd_bwd_chunk_kernel(
                  other=0.)
     h_in = tl.load(hin_ptr + row * BLOCK_P * BLOCK_N + offs_state)
     dstate = tl.load(dout_ptr + row * BLOCK_P * BLOCK_N + offs_state)
-    gcs = tl.cumsum(a, 0)
-    glast = tl.sum(a, 0)
     eg = tl.exp(gcs)
     to_end = tl.exp(glast - gcs)
     xdt = (x.to(tl.float32) * dt[:, None]).to(x.dtype)
