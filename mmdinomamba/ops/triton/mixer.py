@@ -123,7 +123,8 @@ class _MixerCore(torch.autograd.Function):
 
         dxbc2 = torch.empty_like(xbc2)
         dx_out, dB_out, dC_out = _split_xbc(dxbc2, dims)
-        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out)
+        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
+                                                   dD_per_slot=True)
         sum_heads(dB, dims.ndir, dims.ngroups, out=dB_out)
         sum_heads(dC, dims.ndir, dims.ngroups, out=dC_out)
         ddt_raw.copy_(ddt.view(batch, seqlen, dims.ndir, -1).sum(2))
@@ -132,7 +133,7 @@ class _MixerCore(torch.autograd.Function):
         return (dzxbcdt, dconv_w.to(conv_w.dtype),
                 dconv_b.to(conv_b.dtype) if conv_b is not None else None,
                 dbias.to(dt_bias.dtype), dA_log.to(A_log.dtype),
-                dD.sum(-1).to(D.dtype), dnorm_w.to(norm_w.dtype), dout_w, dout_b, None)
+                dD.to(D.dtype), dnorm_w.to(norm_w.dtype), dout_w, dout_b, None)
 
 
 def ssd_mixer_core(zxbcdt: Tensor, conv_w: Tensor, conv_b: Optional[Tensor],

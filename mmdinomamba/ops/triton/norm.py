@@ -21,10 +21,16 @@ from .conv import row_align
 Tensor = torch.Tensor
 
 # Rows per program of the backward kernels (each program also writes a partial
-# weight gradient). Measured on an H200 at DinoVim-B's 128 x 198 tokens, bf16:
-# gated norm 0.33 / 0.28 / 0.27 / 0.28 ms with 64 / 32 / 16 / 8 rows; add + norm
-# 0.17 / 0.14 / 0.18 ms with 64 / 32 / 16.
+# weight gradient), and rows whose loads are in flight at once (Triton's loop
+# pipelining; one row at a time leaves the gated-norm backward bound by the latency
+# of its loads). Measured on an H200 at DinoVim-B's 128 x 198 tokens, bf16: gated
+# norm 0.33 / 0.28 / 0.27 / 0.28 ms with 64 / 32 / 16 / 8 rows one at a time; with
+# 16 rows 0.252 / 0.201 / 0.198 ms with 2 / 3 / 4 stages (at 4 x 4098: 0.195 ->
+# 0.137 ms with 3); add + norm 0.17 / 0.14 / 0.18 ms with 64 / 32 / 16 rows.
 GATED_NORM_ROWS = 16
+GATED_NORM_STAGES = 3
+GATED_NORM_FWD_ROWS = 1
+GATED_NORM_FWD_STAGES = 1
 ADD_NORM_ROWS = 32
 
 
@@ -32,34 +38,37 @@ ADD_NORM_ROWS = 32
 # Gated RMSNorm of both directions, averaged
 # --------------------------------------------------------------------------- #
 @triton.jit
-def _gated_norm_fwd_kernel(y_ptr, z_ptr, w_ptr, out_ptr, rstd_ptr, eps,
+def _gated_norm_fwd_kernel(y_ptr, z_ptr, w_ptr, out_ptr, rstd_ptr, eps, nrows,
                            s_yr, s_yd, s_zr, s_or,
                            DIM: tl.constexpr, GROUP: tl.constexpr, NGROUPS: tl.constexpr,
                            NDIR: tl.constexpr, BLOCK_G: tl.constexpr,
-                           BLOCK_S: tl.constexpr, ROW_ALIGN: tl.constexpr):
+                           BLOCK_S: tl.constexpr, ROW_ALIGN: tl.constexpr,
+                           ROWS: tl.constexpr, STAGES: tl.constexpr):
     s_yr = s_yr * ROW_ALIGN
     s_yd = s_yd * ROW_ALIGN
     s_zr = s_zr * ROW_ALIGN
     s_or = s_or * ROW_ALIGN
-    row = tl.program_id(0).to(tl.int64)
     offs_g = tl.arange(0, BLOCK_G)
     offs_s = tl.arange(0, BLOCK_S)
     cols = offs_g[:, None] * GROUP + offs_s[None, :]
-    mask = (offs_g < NGROUPS)[:, None] & (offs_s < GROUP)[None, :]
-    z = tl.load(z_ptr + row * s_zr + cols, mask=mask, other=0.).to(tl.float32)
-    gate = z * tl.sigmoid(z)
-    acc = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
-    for d in tl.static_range(NDIR):
-        y = tl.load(y_ptr + row * s_yr + d * s_yd + cols, mask=mask,
-                    other=0.).to(tl.float32)
-        v = y * gate
-        rstd = 1. / tl.sqrt(tl.sum(v * v, 1) / GROUP + eps)
-        tl.store(rstd_ptr + (row * NDIR + d) * NGROUPS + offs_g, rstd,
-                 mask=offs_g < NGROUPS)
-        w = tl.load(w_ptr + d * DIM + cols, mask=mask, other=0.)
-        acc += v * rstd[:, None] * w
-    tl.store(out_ptr + row * s_or + cols, (acc / NDIR).to(out_ptr.dtype.element_ty),
-             mask=mask)
+    cmask = (offs_g < NGROUPS)[:, None] & (offs_s < GROUP)[None, :]
+    for i in tl.range(0, ROWS, num_stages=STAGES):
+        row = (tl.program_id(0) * ROWS + i).to(tl.int64)
+        mask = cmask & (row < nrows)
+        z = tl.load(z_ptr + row * s_zr + cols, mask=mask, other=0.).to(tl.float32)
+        gate = z * tl.sigmoid(z)
+        acc = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
+        for d in tl.static_range(NDIR):
+            y = tl.load(y_ptr + row * s_yr + d * s_yd + cols, mask=mask,
+                        other=0.).to(tl.float32)
+            v = y * gate
+            rstd = 1. / tl.sqrt(tl.sum(v * v, 1) / GROUP + eps)
+            tl.store(rstd_ptr + (row * NDIR + d) * NGROUPS + offs_g, rstd,
+                     mask=(offs_g < NGROUPS) & (row < nrows))
+            w = tl.load(w_ptr + d * DIM + cols, mask=cmask, other=0.)
+            acc += v * rstd[:, None] * w
+        tl.store(out_ptr + row * s_or + cols, (acc / NDIR).to(out_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 @triton.jit
@@ -69,8 +78,9 @@ def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_p
                            NGROUPS: tl.constexpr, NDIR: tl.constexpr,
                            BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
                            ROWS: tl.constexpr, ROW_ALIGN: tl.constexpr,
-                           HAS_OUT: tl.constexpr):
-    """HAS_OUT: also write the forward's output again (recomputed, not stored)."""
+                           HAS_OUT: tl.constexpr, STAGES: tl.constexpr):
+    """HAS_OUT: also write the forward's output again (recomputed, not stored).
+    STAGES: rows whose loads are in flight at once (Triton's loop pipelining)."""
     s_dor = s_dor * ROW_ALIGN
     s_or = s_or * ROW_ALIGN
     s_yr = s_yr * ROW_ALIGN
@@ -86,7 +96,7 @@ def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_p
     w1 = tl.load(w_ptr + (NDIR - 1) * DIM + cols, mask=cmask, other=0.)
     dw0 = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
     dw1 = tl.zeros((BLOCK_G, BLOCK_S), dtype=tl.float32)
-    for i in range(0, ROWS):
+    for i in tl.range(0, ROWS, num_stages=STAGES):
         row = (pid * ROWS + i).to(tl.int64)
         mask = cmask & (row < nrows)
         dout = tl.load(dout_ptr + row * s_dor + cols, mask=mask,
@@ -152,9 +162,10 @@ def gated_norm_forward(y: Tensor, z: Tensor, weight: Tensor, eps: float, ngroups
     blocks = _norm_blocks(dim, ngroups)
     strides = (y.stride(0), y.stride(1), z.stride(0), out.stride(0))
     align = row_align(y.element_size(), *strides)
-    _gated_norm_fwd_kernel[(rows, )](
-        y, z, weight, out, rstd, eps, *[s // align for s in strides], NDIR=ndir,
-        ROW_ALIGN=align, num_warps=_warps(blocks), **blocks)
+    _gated_norm_fwd_kernel[(triton.cdiv(rows, GATED_NORM_FWD_ROWS), )](
+        y, z, weight, out, rstd, eps, rows, *[s // align for s in strides], NDIR=ndir,
+        ROW_ALIGN=align, ROWS=GATED_NORM_FWD_ROWS, STAGES=GATED_NORM_FWD_STAGES,
+        num_warps=_warps(blocks), **blocks)
     return out, rstd
 
 
@@ -174,7 +185,8 @@ def gated_norm_backward(dout: Tensor, y: Tensor, z: Tensor, weight: Tensor,
     _gated_norm_bwd_kernel[(programs, )](
         dout, y, z, weight, rstd, dy, dz, dw, out if out is not None else dz, rows,
         *[s // align for s in strides], NDIR=ndir, ROWS=GATED_NORM_ROWS,
-        ROW_ALIGN=align, HAS_OUT=out is not None, num_warps=_warps(blocks), **blocks)
+        ROW_ALIGN=align, HAS_OUT=out is not None, STAGES=GATED_NORM_STAGES,
+        num_warps=_warps(blocks), **blocks)
     return dw.sum(0)
 
 

@@ -562,7 +562,8 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, segments: int = 
 
 
 def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
-                  states_warps: int = 4, maxnreg=None, states_maxnreg='auto'):
+                  states_warps: int = 4, maxnreg=None, states_maxnreg='auto',
+                  dD_per_slot: bool = False):
     """Run the backward kernels: the two state sweeps, then every chunk in parallel.
 
     Args:
@@ -575,13 +576,16 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
             per-chunk kernel and the state sweeps (None: the compiler's choice;
             'auto': :func:`occupancy_maxnreg`). Caps of 128 to 192 made the
             per-chunk kernel 14-34% slower on an H200, so it has none by default.
+        dD_per_slot (bool): return dD summed over the head's channels too,
+            (slots,), for a D shared by the channels of a head (one reduction over
+            a contiguous axis instead of two).
 
     Returns:
         tuple: ``dB``, ``dC`` (batch, seqlen, slots, dstate) in x's dtype, per
         slot, to be summed over the heads of each group by :func:`sum_heads`;
         float32 ``ddt`` (batch, seqlen, slots) of the raw step, ``dA`` and
-        ``ddt_bias`` (slots,) and ``dD`` (slots, headdim) or None, summed over
-        the batch.
+        ``ddt_bias`` (slots,) and ``dD`` (slots, headdim), or (slots,) with
+        ``dD_per_slot``, or None, summed over the batch.
     """
     kw = dict(device=args.x.device, dtype=torch.float32)
     batch, seqlen, nslots, nchunks = args.batch, args.seqlen, args.nslots, args.nchunks
@@ -624,7 +628,9 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
                 *chunk_args, *common[:5], first, chunk, *strides, num_warps=num_warps,
                 maxnreg=maxnreg, **dict(const, CHUNK=tile))
     # one reduction each over images and chunks
-    return (dB, dC, ddt, dA.sum(1), dbias.sum(1), dD.sum(1) if dD is not None else None)
+    if dD is not None:
+        dD = dD.view(nslots, -1).sum(1) if dD_per_slot else dD.sum(1)
+    return dB, dC, ddt, dA.sum(1), dbias.sum(1), dD
 
 
 def sum_heads(partials: Tensor, ndir: int, ngroups: int, out=None) -> Tensor:
@@ -677,13 +683,11 @@ class _SSDScan(torch.autograd.Function):
                         chunk or default_backward_chunk(x5.shape[1]))
         dy5 = dy.contiguous().view(x5.shape)
         dx = torch.empty_like(x5)
-        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy5, dx)
+        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy5, dx, dD_per_slot=D_per_head)
         ngroups = B5.shape[3]
         dB = sum_heads(dB, 1, ngroups)[:, :, 0].to(B_dtype)
         dC = sum_heads(dC, 1, ngroups)[:, :, 0].to(B_dtype)
-        dD_out = None
-        if dD is not None:
-            dD_out = (dD.sum(-1) if D_per_head else dD).to(D_dtype)
+        dD_out = dD.to(D_dtype) if dD is not None else None
         return (dx.view(dy.shape), ddt.to(dt_dtype), dA.to(A_dtype), dB, dC,
                 dD_out, dbias if has_bias else None, None, None)
 
