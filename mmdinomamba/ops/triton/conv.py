@@ -129,6 +129,15 @@ def _dsilu(pre, dout):
 
 
 @triton.jit
+def _tap_grads(bias, w0, w1, w2, w3, r0, r1, r2, r3, dout, owned, dw0, dw1, dw2, dw3, db):
+    """One direction at one token whose taps w0..w3 read rows r0..r3: the gradient
+    before SiLU, g, and dw_k + owned * g * r_k, db + owned * g."""
+    g = _dsilu(bias + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3, dout)
+    return (g, dw0 + owned * g * r0, dw1 + owned * g * r1, dw2 + owned * g * r2,
+            dw3 + owned * g * r3, db + owned * g)
+
+
+@triton.jit
 def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, seqlen, dim,
                      s_xb, s_xl, s_ob, s_ol, s_od, s_gb, s_gl,
                      NDIR: tl.constexpr, HAS_BIAS: tl.constexpr, ROW_ALIGN: tl.constexpr,
@@ -204,22 +213,14 @@ def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, seqlen, di
             x6 = _pick(u, r0, r1, r2, r3)
             tn = t + 3  # the token whose pre-SiLU gradient enters the window
             owned = ((tn >= t0) & (tn < t_end)).to(tl.float32)  # count it once for dw
-            pre = bias0 + a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
-            g0_3 = _dsilu(pre, _pick(u, p0, p1, p2, p3))
-            dw00 += owned * g0_3 * x0
-            dw01 += owned * g0_3 * x1
-            dw02 += owned * g0_3 * x2
-            dw03 += owned * g0_3 * x3
-            db0 += owned * g0_3
+            g0_3, dw00, dw01, dw02, dw03, db0 = _tap_grads(
+                bias0, a0, a1, a2, a3, x0, x1, x2, x3, _pick(u, p0, p1, p2, p3), owned,
+                dw00, dw01, dw02, dw03, db0)
             dx = a3 * g0_0 + a2 * g0_1 + a1 * g0_2 + a0 * g0_3
             if NDIR == 2:
-                pre = bias1 + c0 * x6 + c1 * x5 + c2 * x4 + c3 * x3
-                g1_3 = _dsilu(pre, _pick(u, q0, q1, q2, q3))
-                dw10 += owned * g1_3 * x6
-                dw11 += owned * g1_3 * x5
-                dw12 += owned * g1_3 * x4
-                dw13 += owned * g1_3 * x3
-                db1 += owned * g1_3
+                g1_3, dw10, dw11, dw12, dw13, db1 = _tap_grads(
+                    bias1, c0, c1, c2, c3, x6, x5, x4, x3, _pick(u, q0, q1, q2, q3), owned,
+                    dw10, dw11, dw12, dw13, db1)
                 dx += c3 * g1_0 + c2 * g1_m1 + c1 * g1_m2 + c0 * g1_m3
                 g1_m3, g1_m2, g1_m1, g1_0, g1_1, g1_2 = g1_m2, g1_m1, g1_0, g1_1, g1_2, g1_3
             tl.store(dx_ptr + b * s_gb + t * s_gl + offs_c, dx.to(dx_ptr.dtype.element_ty),
