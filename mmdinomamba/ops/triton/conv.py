@@ -46,6 +46,15 @@ def _row(ptr, t, seqlen, s_l, offs_c, mask_c):
 
 
 @triton.jit
+def _rows4(ptr, t, seqlen, s_l, offs_c, mask_c):
+    """Rows t .. t + 3 (see :func:`_row`), their loads issued together."""
+    return (_row(ptr, t, seqlen, s_l, offs_c, mask_c),
+            _row(ptr, t + 1, seqlen, s_l, offs_c, mask_c),
+            _row(ptr, t + 2, seqlen, s_l, offs_c, mask_c),
+            _row(ptr, t + 3, seqlen, s_l, offs_c, mask_c))
+
+
+@triton.jit
 def _taps(w_ptr, b_ptr, d, dim, offs_c, mask, HAS_BIAS: tl.constexpr,
           BLOCK_C: tl.constexpr):
     """Direction d's weights w_d[0..3] and bias b_d (zeros without bias) for the
@@ -104,10 +113,7 @@ def _conv_fwd_kernel(x_ptr, w_ptr, b_ptr, out_ptr, seqlen, dim,
     xp1 = _row(x_base, t0 + 1, seqlen, s_xl, offs_c, mask_c)
     xp2 = _row(x_base, t0 + 2, seqlen, s_xl, offs_c, mask_c)
     for tg in range(t0, t_end, 4):
-        r0 = _row(x_base, tg + 3, seqlen, s_xl, offs_c, mask_c)
-        r1 = _row(x_base, tg + 4, seqlen, s_xl, offs_c, mask_c)
-        r2 = _row(x_base, tg + 5, seqlen, s_xl, offs_c, mask_c)
-        r3 = _row(x_base, tg + 6, seqlen, s_xl, offs_c, mask_c)
+        r0, r1, r2, r3 = _rows4(x_base, tg + 3, seqlen, s_xl, offs_c, mask_c)
         for u in tl.static_range(4):
             t = tg + u
             mask = mask_c & (t < t_end)
@@ -193,19 +199,10 @@ def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, seqlen, di
     db0, db1 = zero, zero
     for tg in range(first, t_end, 4):
         # the group's new rows: x[t + 6] and the output gradients at t + 3
-        r0 = _row(x_base, tg + 6, seqlen, s_xl, offs_c, mask_c)
-        r1 = _row(x_base, tg + 7, seqlen, s_xl, offs_c, mask_c)
-        r2 = _row(x_base, tg + 8, seqlen, s_xl, offs_c, mask_c)
-        r3 = _row(x_base, tg + 9, seqlen, s_xl, offs_c, mask_c)
-        p0 = _row(do_base, tg + 3, seqlen, s_ol, offs_c, mask_c)
-        p1 = _row(do_base, tg + 4, seqlen, s_ol, offs_c, mask_c)
-        p2 = _row(do_base, tg + 5, seqlen, s_ol, offs_c, mask_c)
-        p3 = _row(do_base, tg + 6, seqlen, s_ol, offs_c, mask_c)
+        r0, r1, r2, r3 = _rows4(x_base, tg + 6, seqlen, s_xl, offs_c, mask_c)
+        p0, p1, p2, p3 = _rows4(do_base, tg + 3, seqlen, s_ol, offs_c, mask_c)
         if NDIR == 2:
-            q0 = _row(do_base + s_od, tg + 3, seqlen, s_ol, offs_c, mask_c)
-            q1 = _row(do_base + s_od, tg + 4, seqlen, s_ol, offs_c, mask_c)
-            q2 = _row(do_base + s_od, tg + 5, seqlen, s_ol, offs_c, mask_c)
-            q3 = _row(do_base + s_od, tg + 6, seqlen, s_ol, offs_c, mask_c)
+            q0, q1, q2, q3 = _rows4(do_base + s_od, tg + 3, seqlen, s_ol, offs_c, mask_c)
         else:
             q0, q1, q2, q3 = p0, p1, p2, p3
         for u in tl.static_range(4):
