@@ -57,3 +57,29 @@ def test_ssd_rejects_nonfinite_dt_on_cpu():
     B = torch.randn(1, 4, 1, 4)
     with pytest.raises(ValueError, match='NaN or Inf'):
         ssd(x, dt, -torch.ones(2), B, B.clone())
+
+
+def test_fast_paths_have_their_twins_signatures():
+    """Every Triton entry point takes exactly the arguments of its PyTorch twin."""
+    import inspect
+    pytest.importorskip('triton')
+    from mmdinomamba.ops import mixer_core_ref, ssd_ref
+    from mmdinomamba.ops.triton import mixer_core_triton, ssd_triton
+
+    def params(fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert params(ssd_triton) == params(ssd_ref)
+    assert params(mixer_core_triton) == params(mixer_core_ref)
+
+
+def test_mixer_forward_is_the_core_on_the_projection():
+    """SSDMixer.forward has one body: ``mixer_core(in_proj(u), core_params(), spec)``."""
+    from mmdinomamba.models.mixers import SSDMixer
+    from mmdinomamba.ops import mixer_core_ref
+    torch.manual_seed(0)
+    mixer = SSDMixer(32, d_state=16, headdim=16, chunk_size=16).double()
+    u = torch.randn(2, 19, 32, dtype=torch.float64)
+    want = mixer_core_ref(mixer.in_proj(u), mixer.core_params(), mixer.spec)
+    assert torch.equal(mixer(u), want)
+    assert mixer.spec.nheads == mixer.nheads and mixer.spec.conv_dim == mixer.conv_dim

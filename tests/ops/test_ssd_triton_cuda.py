@@ -85,34 +85,30 @@ def test_ssd_triton_matches_reference(shape, dtype, tol):
     assert max(errors.values()) < tol, errors
 
 
-def _poison_allocator_cache():
-    """Leave NaN in the blocks the caching allocator hands out next (both its
-    pools: blocks under 1 MB come from 2 MB segments of their own)."""
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    nan = float('nan')
-    blocks = [torch.full((32 << 20, ), nan, device='cuda')]
-    blocks += [torch.full((1 << 16, ), nan, device='cuda') for _ in range(256)]
-    del blocks
-    probes = [torch.empty(1 << 20, device='cuda'), torch.empty(1 << 14, device='cuda')]
-    assert all(p.isnan().all() for p in probes)
-
-
 @pytest.mark.parametrize('shape', [(2, 198, 4, 64, 1, 64), (3, 37, 6, 48, 2, 16)])
 def test_backward_never_reads_the_unwritten_zero_states(shape):
     """The state sweeps leave ``hin[0]`` and ``dout[last]`` (zero by definition)
-    unwritten and every load of them is masked: with NaN in every block the
-    allocator hands out, the gradients are bit for bit those of a clean run (4
+    unwritten and every load of them is masked: with work buffers the test fills
+    with NaN, the gradients are bit for bit those with zero-filled buffers (4
     chunks, and 1 chunk where both are the same chunk)."""
-    from mmdinomamba.ops.triton import ssd_triton
-    inputs = {k: v.cuda().requires_grad_()
-              for k, v in _scan_inputs(*shape, torch.float32, seed=0).items()}
-    y = ssd_triton(**inputs, dt_softplus=True)
-    dy = torch.randn_like(y)
-    clean = torch.autograd.grad(y, list(inputs.values()), dy, retain_graph=True)
-    _poison_allocator_cache()
-    grads = torch.autograd.grad(y, list(inputs.values()), dy)
-    for name, a, b in zip(inputs, grads, clean):
+    from mmdinomamba.ops.triton.ssd_bwd import scan_backward, state_buffers
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs, default_backward_chunk
+    batch, seqlen, nheads, headdim, ngroups, dstate = shape
+    inputs = {k: v.cuda() for k, v in _scan_inputs(*shape, torch.float32, seed=0).items()}
+    x5, B5, C5 = (inputs[k][:, :, None] for k in ('x', 'B', 'C'))
+    D = inputs['D'][:, None].expand(-1, headdim).contiguous()
+    args = ScanArgs(x5, B5, C5, inputs['dt'], inputs['dt_bias'], inputs['A'], D, True,
+                    default_backward_chunk(seqlen))
+    dy = torch.randn_like(x5)
+    results = []
+    for fill in (0.0, float('nan')):
+        hin, dout = state_buffers(args)
+        hin.fill_(fill)
+        dout.fill_(fill)
+        dx = torch.empty_like(x5)
+        results.append([dx, *scan_backward(args, dy, dx, states=(hin, dout))])
+    assert all(t.isfinite().all() for t in results[1]), 'NaN from an unwritten state'
+    for name, a, b in zip('dx dB dC ddt dA dbias dD'.split(), *results):
         assert torch.equal(a, b), name
 
 
@@ -145,13 +141,28 @@ def test_bf16_sum_gradients_as_accurate_as_the_pytorch_path(shape, seed):
 
 
 @pytest.mark.parametrize('chunk', [16, 32, 64, 128])
-def test_ssd_triton_chunk_size_does_not_change_result(chunk):
-    """Every tile size computes the same function (fp32, so differences are rounding)."""
-    from mmdinomamba.ops.triton import ssd_triton
+def test_scan_tile_size_does_not_change_result(chunk):
+    """Every tile size computes the same function, forward and backward (fp32, so
+    differences are rounding): the chunked op's output and gradients."""
+    from mmdinomamba.ops.triton.ssd_bwd import scan_backward, sum_heads
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs
+    from mmdinomamba.ops.triton.ssd_fwd import scan_forward
     inputs = {k: v.cuda() for k, v in
               _scan_inputs(2, 150, 3, 32, 1, 32, torch.float32, seed=chunk).items()}
-    y_ref = ssd_chunked(**inputs, dt_softplus=True)
-    assert rel(ssd_triton(**inputs, dt_softplus=True, chunk=chunk), y_ref) < FP32_TOL
+    leaves = {k: v.clone().requires_grad_(k in ('x', 'B', 'C')) for k, v in inputs.items()}
+    y_ref = ssd_chunked(**leaves, dt_softplus=True)
+    dy = torch.randn_like(y_ref)
+    gx, gB, gC = torch.autograd.grad(y_ref, [leaves['x'], leaves['B'], leaves['C']], dy)
+    x5, B5, C5 = (inputs[k][:, :, None] for k in ('x', 'B', 'C'))
+    D = inputs['D'][:, None].expand(-1, 32).contiguous()
+    args = ScanArgs(x5, B5, C5, inputs['dt'], inputs['dt_bias'], inputs['A'], D, True,
+                    chunk)
+    assert rel(scan_forward(args, torch.empty_like(x5))[:, :, 0], y_ref) < FP32_TOL
+    dx = torch.empty_like(x5)
+    dB, dC = scan_backward(args, dy[:, :, None].contiguous(), dx)[:2]
+    assert rel(dx[:, :, 0], gx) < FP32_TOL
+    assert rel(sum_heads(dB, 1, 1)[:, :, 0], gB) < FP32_TOL
+    assert rel(sum_heads(dC, 1, 1)[:, :, 0], gC) < FP32_TOL
 
 
 def _perturbed_mixer(seed, **kwargs):
@@ -274,11 +285,13 @@ def test_dinovim_fused_reproduces_official_fixtures(name, registers):
 
 
 def test_scan_work_splits_do_not_change_result():
-    """Forward segments and channel blocks, and the backward's chunk size, only
-    split the work: the results equal the default kernels' (checked above against
-    the reference) up to fp32 rounding. 710 tokens leave a 6-token last chunk
-    (chunks 32 and 64), which the backward runs in a launch of its own."""
-    from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
+    """Channel blocks of the forward and the backward's chunk size only split the
+    work: the results equal the default kernels' (checked above against the
+    reference) up to fp32 rounding. 710 tokens leave a 6-token last chunk (chunks 32
+    and 64), which the backward runs in a launch of its own."""
+    from mmdinomamba.ops.triton.ssd_bwd import scan_backward
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs
+    from mmdinomamba.ops.triton.ssd_fwd import scan_forward
     torch.manual_seed(0)
     batch, seqlen, nheads = 2, 710, 8
     xbc = torch.randn(batch, seqlen, 2, nheads * 32 + 2 * 32, device='cuda')
@@ -295,12 +308,9 @@ def test_scan_work_splits_do_not_change_result():
                         A, D, True, chunk)
 
     shape = (batch, seqlen, 2, nheads, 32)
-    y1 = scan_forward(scan_args(32), torch.empty(shape, device='cuda'), segments=1,
-                      p_blocks=1)
-    for segments, p_blocks in ((2, 1), (7, 1), (1, 2), (7, 2)):
-        y = scan_forward(scan_args(32), torch.empty(shape, device='cuda'),
-                         segments=segments, p_blocks=p_blocks)
-        assert rel(y, y1) < 1e-5
+    y1 = scan_forward(scan_args(32), torch.empty(shape, device='cuda'), p_blocks=1)
+    y2 = scan_forward(scan_args(32), torch.empty(shape, device='cuda'), p_blocks=2)
+    assert rel(y2, y1) < 1e-5
     dy = torch.randn(shape, device='cuda')
     outs = {}
     for chunk in (16, 32, 64):
@@ -318,7 +328,9 @@ def test_register_caps_do_not_change_result(cap):
     """Capping registers (the default for big grids, :func:`occupancy_maxnreg`)
     only moves values between registers and spill memory: bf16, 64-wide heads and
     states as DinoVim-B, forward and backward equal the uncapped kernels'."""
-    from mmdinomamba.ops.triton.ssd_scan import ScanArgs, scan_backward, scan_forward
+    from mmdinomamba.ops.triton.ssd_bwd import scan_backward
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs
+    from mmdinomamba.ops.triton.ssd_fwd import scan_forward
     torch.manual_seed(0)
     batch, seqlen, nheads, P, N = 3, 198, 4, 64, 64
     di = nheads * P
@@ -350,9 +362,9 @@ def test_register_caps_do_not_change_result(cap):
 
 
 def test_occupancy_cap_only_for_big_grids():
-    from mmdinomamba.ops.triton.ssd_scan import (OCCUPANCY_MAXNREG,
-                                                 OCCUPANCY_PROGRAMS_PER_SM,
-                                                 occupancy_maxnreg)
+    from mmdinomamba.ops.triton.ssd_common import (OCCUPANCY_MAXNREG,
+                                                   OCCUPANCY_PROGRAMS_PER_SM,
+                                                   occupancy_maxnreg)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     dev = torch.device('cuda')
     assert occupancy_maxnreg(OCCUPANCY_PROGRAMS_PER_SM * sms, dev) is None

@@ -1,11 +1,18 @@
-"""tools/analysis/benchmark.py on the CPU with tiny settings."""
+"""The benchmark (mmdinomamba.analysis.benchmark and its tool) on the CPU, tiny."""
 import json
+import os.path as osp
+
 import pytest
 import torch
 
+from mmdinomamba.analysis import benchmark as bench
+
+TOY_DINO = osp.join(osp.dirname(__file__), '..', '..', 'configs', 'dino',
+                    'dino_dinovim-toy-p8_1xb8-10e_toy.py')
+
 
 @pytest.fixture(scope='module')
-def bench(load_tool):
+def tool(load_tool):
     return load_tool('tools/analysis/benchmark.py')
 
 
@@ -15,7 +22,7 @@ TINY_LINEAR = dict(type='LinearViT', arch=dict(embed_dims=64, num_layers=2,
                                                num_heads=2, mlp_ratio=2))
 
 
-def test_models_mode_measures_and_ratios(bench):
+def test_models_mode_measures_and_ratios():
     rows = bench.run_models({'tiny': TINY, 'base': TINY_LINEAR}, sizes=[32],
                             batches=[2], device=torch.device('cpu'), amp=None,
                             modes=['infer', 'train'], warmup=1, repeats=2, iters=1,
@@ -33,7 +40,7 @@ def test_models_mode_measures_and_ratios(bench):
     assert base['train_vs_baseline'] == pytest.approx(1.0)
 
 
-def test_models_mode_reports_errors_and_goes_on(bench):
+def test_models_mode_reports_errors_and_goes_on():
     rows = bench.run_models({'bad': dict(type='NoSuchNet'), 'tiny': TINY}, sizes=[32],
                             batches=[1], device=torch.device('cpu'), amp=None,
                             modes=['infer'], warmup=0, repeats=1, iters=1,
@@ -42,16 +49,16 @@ def test_models_mode_reports_errors_and_goes_on(bench):
     assert rows[1]['infer_img_s'] > 0
 
 
-def test_models_mode_needs_one_batch_per_size(bench):
+def test_models_mode_needs_one_batch_per_size():
     with pytest.raises(ValueError, match='one batch size per input size'):
         bench.run_models({'tiny': TINY}, sizes=[32, 64], batches=[2],
                          device=torch.device('cpu'), amp=None, modes=['infer'],
                          warmup=0, repeats=1, iters=1)
 
 
-def test_cli_writes_json(bench, tmp_path):
+def test_cli_writes_json(tool, tmp_path):
     out = tmp_path / 'res' / 'bench.json'
-    bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '0', '--repeats', '1',
+    tool.main(['--device', 'cpu', '--amp', 'none', '--warmup', '0', '--repeats', '1',
                 '--iters', '1', '--out', str(out), 'kernel', '--backends', 'chunked',
                 'ref', 'triton', '--batch', '1', '--seqlen', '20', '--nheads', '2',
                 '--headdim', '8', '--dstate', '8'])
@@ -63,11 +70,11 @@ def test_cli_writes_json(bench, tmp_path):
     assert list(tmp_path.joinpath('res').iterdir()) == [out]  # no temp files left
 
 
-def test_profile_mode_splits_a_step_by_operator(bench, tmp_path):
+def test_profile_mode_splits_a_step_by_operator(tool, tmp_path):
     bench.MODELS['tiny-test'] = TINY
     try:
         out = tmp_path / 'prof.json'
-        data = bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
+        data = tool.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
                            '--iters', '2', '--out', str(out), 'profile', '--model',
                            'tiny-test', '--size', '32', '--batch', '2', '--step', 'train',
                            '--top', '5'])
@@ -83,3 +90,41 @@ def test_profile_mode_splits_a_step_by_operator(bench, tmp_path):
     assert json.loads(out.read_text())['settings']['step'] == 'train'
     with pytest.raises(ValueError, match="step must be 'infer' or 'train'"):
         bench.profile_model(TINY, 32, 1, torch.device('cpu'), None, 'eval', 0, 1)
+
+
+def test_dino_step_runs_the_configs_training_step():
+    """The DINO step of a config, built through the registry, as the Runner runs it:
+    it trains (the student's weights move, the teacher follows by EMA), and the
+    figures are reported per row with ratios to the baseline row."""
+    step, model, batch = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
+    assert batch == 2
+    before = [p.detach().clone() for p in model.backbone.parameters()]
+    teacher_before = [p.detach().clone() for p in model.teacher.parameters()]
+    log = step()
+    assert set(log) >= {'loss'} and torch.isfinite(log['loss'])
+    step()  # the teacher moves towards the student updated by the first step
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.backbone.parameters()))
+    assert any(not torch.equal(a, b)
+               for a, b in zip(teacher_before, model.teacher.parameters()))
+    rows = bench.run_dino_steps({'toy': TOY_DINO, 'toy2': TOY_DINO}, torch.device('cpu'),
+                                warmup=0, repeats=1, iters=1, baseline='toy',
+                                host_batch=2)
+    for r in rows:
+        assert 'error' not in r, r
+        assert r['s_iter'] > 0 and r['host_ms'] > 0 and r['launches'] is None
+        assert r['img_s'] == pytest.approx(r['batch'] / r['s_iter'])
+    assert rows[0]['img_s_vs_baseline'] == 1.0
+    assert 'toy' in bench.format_dino_table(rows, 'toy')
+
+
+def test_dino_step_reports_a_config_that_does_not_build():
+    rows = bench.run_dino_steps({'missing': 'configs/dino/no_such.py'},
+                                torch.device('cpu'), 0, 1, 1)
+    assert 'no_such.py' in rows[0]['error']
+
+
+def test_host_ms_times_one_call():
+    calls = []
+    t = bench.host_ms(lambda: calls.append(1), torch.device('cpu'), repeats=3)
+    assert len(t) == 3 and len(calls) == 3 and all(x >= 0 for x in t)
+    assert bench.launches_per_call(lambda: None, torch.device('cpu')) is None

@@ -43,10 +43,11 @@ def clip_grad_norm_per_param_(parameters: Iterable[Tensor], max_norm: float,
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.)
-    norms = torch.stack([g.detach().float().norm(2) for g in grads])
+    # one multi-tensor launch for the norms and one for the scaling (not two launches
+    # per tensor)
+    norms = torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32))
     scales = (max_norm / (norms + eps)).clamp(max=1.0)
-    for g, scale in zip(grads, scales):
-        g.mul_(scale.to(g.dtype))
+    torch._foreach_mul_(grads, [s.to(g.dtype) for g, s in zip(grads, scales.unbind())])
     return norms.norm(2)
 
 

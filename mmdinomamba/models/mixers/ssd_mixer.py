@@ -4,11 +4,10 @@ from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from einops import rearrange
 
-from mmdinomamba.ops import (BACKENDS, RMSNorm, causal_depthwise_conv1d, resolve_backend, ssd,
-                             ssd_mixing_matrix)
+from mmdinomamba.ops import (BACKENDS, MixerParams, MixerSpec, RMSNorm,
+                             direction_ssd_inputs, mixer_core, ssd_mixing_matrix,
+                             uses_fused_core)
 
 Tensor = torch.Tensor
 
@@ -35,12 +34,12 @@ class SSDMixer(nn.Module):
     ``out_proj``. Parameter names follow the official layout, so released
     checkpoints load one-to-one.
 
-    On CUDA with ``ssd_backend`` 'auto' or 'triton', everything after ``in_proj``
-    (both directions' conv + SiLU, SSD scans and gated norms, the average, and
-    ``out_proj``) runs as one autograd function of fused Triton kernels
-    (:func:`mmdinomamba.ops.triton.ssd_mixer_core`, for ``d_conv=4``); elsewhere it runs the
-    PyTorch reference path below, one direction at a time. Both compute the same
-    function.
+    Everything after ``in_proj`` (both directions' conv + SiLU, SSD scans and
+    gated norms, the average, and ``out_proj``) is one function,
+    :func:`mmdinomamba.ops.mixer_core`: on CUDA with ``ssd_backend`` 'auto' or
+    'triton' (and ``d_conv=4``) fused Triton kernels, elsewhere the PyTorch ops one
+    direction at a time (:func:`mmdinomamba.ops.mixer_core_ref`). Both compute
+    the same function.
 
     Args:
         dim (int): model width (``d_model``).
@@ -128,14 +127,29 @@ class SSDMixer(nn.Module):
                 **dd))
         self.directions = directions
 
-    def _direction_params(self, direction: str) -> Dict[str, nn.Module]:
-        return {k: getattr(self, v) for k, v in _DIRECTION_NAMES[direction].items()}
+    @property
+    def spec(self) -> MixerSpec:
+        """Sizes and scan settings, as :func:`mmdinomamba.ops.mixer_core` takes them."""
+        return MixerSpec(self.d_inner, self.ngroups, self.d_state, self.headdim,
+                         len(self.directions), self.norm.eps, self.d_conv,
+                         self.chunk_size, self.ssd_backend)
 
-    def _split(self, zxbcdt: Tensor):
-        return torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
+    def core_params(self) -> MixerParams:
+        """The parameters after ``in_proj``, per direction (forward first), as held."""
+        names = [_DIRECTION_NAMES[d] for d in self.directions]
+        convs = [getattr(self, n['conv1d']) for n in names]
+        return MixerParams(
+            conv_w=tuple(c.weight for c in convs),
+            conv_b=tuple(c.bias for c in convs) if convs[0].bias is not None else None,
+            dt_bias=tuple(getattr(self, n['dt_bias']) for n in names),
+            A_log=tuple(getattr(self, n['A_log']) for n in names),
+            D=tuple(getattr(self, n['D']) for n in names),
+            norm_w=tuple(getattr(self, n['norm']).weight for n in names),
+            out_w=self.out_proj.weight, out_b=self.out_proj.bias)
 
     def ssd_inputs(self, zxbcdt: Tensor, direction: str) -> Dict[str, Tensor]:
-        """The SSD arguments of one direction, from the (already flipped) projection.
+        """The SSD arguments of one direction, from the (already flipped) projection
+        (see :func:`mmdinomamba.ops.direction_ssd_inputs`).
 
         Args:
             zxbcdt (Tensor): (batch, seqlen, d_in_proj), output of ``in_proj``.
@@ -147,32 +161,8 @@ class SSDMixer(nn.Module):
             (batch, seqlen, ngroups, dstate), ``D`` (nheads,), ``dt_bias``
             (nheads,) and the gate ``z`` (batch, seqlen, d_inner).
         """
-        p = self._direction_params(direction)
-        z, xBC, dt = self._split(zxbcdt)
-        conv = p['conv1d']
-        xBC = F.silu(causal_depthwise_conv1d(xBC, conv.weight, conv.bias))
-        x, B, C = torch.split(
-            xBC, [self.d_inner, self.ngroups * self.d_state,
-                  self.ngroups * self.d_state], dim=-1)
-        return dict(
-            x=rearrange(x, 'b l (h p) -> b l h p', p=self.headdim),
-            dt=dt,
-            A=-torch.exp(p['A_log'].to(torch.promote_types(p['A_log'].dtype,
-                                                             torch.float32))),
-            B=rearrange(B, 'b l (g n) -> b l g n', g=self.ngroups),
-            C=rearrange(C, 'b l (g n) -> b l g n', g=self.ngroups),
-            D=p['D'],
-            dt_bias=p['dt_bias'],
-            z=z)
-
-    def _run_direction(self, zxbcdt: Tensor, direction: str) -> Tensor:
-        """Gated, normed SSD output of one direction: (batch, seqlen, d_inner)."""
-        a = self.ssd_inputs(zxbcdt, direction)
-        y = ssd(a['x'], a['dt'], a['A'], a['B'], a['C'], chunk_size=self.chunk_size,
-                D=a['D'], dt_bias=a['dt_bias'], dt_softplus=True,
-                backend=self.ssd_backend)
-        norm = self._direction_params(direction)['norm']
-        return norm(rearrange(y, 'b l h p -> b l (h p)'), a['z'])
+        return direction_ssd_inputs(zxbcdt, self.core_params(), self.spec,
+                                    self.directions.index(direction))
 
     def forward(self, u: Tensor) -> Tensor:
         """Mix tokens.
@@ -186,39 +176,11 @@ class SSDMixer(nn.Module):
         if u.dim() != 3 or u.shape[-1] != self.dim:
             raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
                              f'{self.dim}), got {tuple(u.shape)}')
-        zxbcdt = self.in_proj(u)
-        if self.uses_fused_path(zxbcdt):
-            return self._fused_core(zxbcdt)
-        y = self._run_direction(zxbcdt, 'forward')
-        if self.bidirectional:
-            y_b = self._run_direction(zxbcdt.flip(1), 'backward').flip(1)
-            y = (y + y_b) / 2
-        return self.out_proj(y)
+        return mixer_core(self.in_proj(u), self.core_params(), self.spec)
 
     def uses_fused_path(self, zxbcdt: Tensor) -> bool:
         """Whether :meth:`forward` takes the fused Triton path for this input."""
-        from mmdinomamba.ops import use_triton
-        if (self.ssd_backend not in ('auto', 'triton') or self.d_conv != 4
-                or not use_triton(zxbcdt)):
-            return False
-        return resolve_backend(self.ssd_backend, zxbcdt.device) == 'triton'
-
-    def _fused_core(self, zxbcdt: Tensor) -> Tensor:
-        """All directions and ``out_proj`` in fused kernels: (batch, seqlen, dim)."""
-        from mmdinomamba.ops.triton import ssd_mixer_core
-        from mmdinomamba.ops.triton.mixer import MixerDims
-        params = [self._direction_params(d) for d in self.directions]
-        conv_b = (torch.stack([p['conv1d'].bias for p in params])
-                  if params[0]['conv1d'].bias is not None else None)
-        dims = MixerDims(self.d_inner, self.ngroups, self.d_state, self.headdim,
-                         len(self.directions), params[0]['norm'].eps)
-        return ssd_mixer_core(
-            zxbcdt, torch.stack([p['conv1d'].weight[:, 0] for p in params]), conv_b,
-            torch.cat([p['dt_bias'] for p in params]),
-            torch.cat([p['A_log'] for p in params]),
-            torch.cat([p['D'] for p in params]),
-            torch.stack([p['norm'].weight for p in params]), self.out_proj.weight,
-            self.out_proj.bias, dims)
+        return uses_fused_core(zxbcdt, self.spec)
 
     @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:

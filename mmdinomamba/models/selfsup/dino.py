@@ -116,8 +116,10 @@ class DINO(BaseSelfSupervisor):
         """One EMA step with :attr:`teacher_momentum` (see the class docstring)."""
         m = self.teacher_momentum
         student = dict(self._student().named_parameters())
-        for name, t in self.teacher.named_parameters():
-            t.mul_(m).add_(student[name].detach(), alpha=1.0 - m)
+        names, teacher = zip(*self.teacher.named_parameters())
+        # multi-tensor ops: the same two operations per tensor, a few launches in all
+        torch._foreach_mul_(teacher, m)
+        torch._foreach_add_(teacher, [student[n].detach() for n in names], alpha=1.0 - m)
         student_buffers = dict(self._student().named_buffers())
         for name, t in self.teacher.named_buffers():
             if t.is_floating_point():

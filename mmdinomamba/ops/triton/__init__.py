@@ -1,11 +1,21 @@
 """Triton kernels for the SSD scan and the layers around it (CUDA only).
 
 Importing this package imports Triton; use :func:`mmdinomamba.ops.fused.triton_available`
-to ask first. Every kernel has a PyTorch twin in :mod:`mmdinomamba.ops` that is the
-ground truth in the tests.
+to ask first. Every kernel has a PyTorch twin in :mod:`mmdinomamba.ops` with the same
+arguments, the ground truth in the tests. Split by stage, as the algorithm runs:
+
+=================  ==============================================================
+``ssd_common.py``  the scan's layout, jit helpers and tile sizes
+``ssd_fwd.py``     the scan's forward kernel
+``ssd_bwd.py``     the scan's backward kernels (state sweeps, then every chunk)
+``ssd_scan.py``    the scan as an autograd op: :func:`ssd_triton`
+``conv.py``        both directions' causal conv + SiLU
+``norm.py``        gated RMSNorm + direction average; residual add + RMSNorm
+``mixer.py``       the mixer after ``in_proj``: :func:`mixer_core_triton`
+=================  ==============================================================
 """
-from .mixer import ssd_mixer_core
+from .mixer import mixer_core_triton
 from .norm import add_rms_norm_triton
 from .ssd_scan import ssd_triton
 
-__all__ = ['add_rms_norm_triton', 'ssd_mixer_core', 'ssd_triton']
+__all__ = ['add_rms_norm_triton', 'mixer_core_triton', 'ssd_triton']

@@ -1,159 +1,171 @@
-"""The SSD mixer after its input projection, as one autograd function.
+"""The SSD mixer after its input projection as one autograd function of fused kernels.
 
-From the packed projection ``zxbcdt = in_proj(u)`` (order ``[z, x, B, C, dt]``) to
-the mixer's output, for one (causal) or two (bidirectional) directions::
+:func:`mixer_core_triton` computes :func:`mmdinomamba.ops.mixer.mixer_core_ref`
+(same arguments, same function; the equations are in :mod:`mmdinomamba.ops.mixer`)
+with every direction in one launch per stage::
 
-    xBC_d = silu(conv_d(xBC))                      (conv.py, both directions, one pass)
-    y_d   = ssd_d(x_d, dt, A_d, B_d, C_d, D_d)     (ssd_scan.py, both directions, one launch)
-    out   = mean_d(rmsnorm(y_d * silu(z)) * w_d)   (norm.py)
-    res   = out_proj(out)
+    conv.py      both directions' conv + SiLU, one pass over xBC
+    ssd_fwd.py   both directions' SSD scans, one launch (direction 1 reads its
+                 tokens last to first: no flips)
+    norm.py      both gated norms and their average
+    out_proj     one matrix product
 
-Direction 1 is the official "bimamba v2" backward direction (flip, causal scan,
-flip back), computed in sequence order without flips. Memory: the conv outputs
-are stored for the backward and ``out`` is not: the gated-norm backward writes it
-again just before ``out_proj``'s weight gradient needs it (the conv outputs are
-about twice its size; storing them instead of recomputing them saves a conv
-pass, and not storing ``out`` keeps the training peak about where it was).
+Memory: the conv outputs are stored for the backward and the norm's output is not:
+the gated-norm backward writes it again just before ``out_proj``'s weight gradient
+needs it (the conv outputs are about twice its size; storing them saves a conv
+pass, not storing the norm's output keeps the training peak where it was).
+
+The per-direction parameters enter the function as the module holds them and are
+stacked inside it, where autograd records nothing; their gradients leave as views
+of the stacked gradients.
 """
-from typing import NamedTuple, Optional
+from typing import List, Optional
 
 import torch
 
+from ..mixer import MixerParams, MixerSpec
 from .conv import conv_backward, conv_forward
 from .norm import gated_norm_backward, gated_norm_forward
-from . import ssd_scan
-from .ssd_scan import ScanArgs, scan_backward, scan_forward, sum_heads
+from .ssd_bwd import scan_backward, sum_heads
+from .ssd_common import ScanArgs, default_backward_chunk, default_chunk
+from .ssd_fwd import scan_forward
 
 Tensor = torch.Tensor
 
 
-class MixerDims(NamedTuple):
-    """Sizes of the mixer (see :class:`mmdinomamba.models.mixers.SSDMixer`)."""
-    d_inner: int
-    ngroups: int
-    d_state: int
-    headdim: int
-    ndir: int
-    eps: float
-
-
-def _views(zxbcdt: Tensor, dims: MixerDims):
+def _views(zxbcdt: Tensor, spec: MixerSpec):
     """The z, xBC and dt slices of the packed projection (views, no copies)."""
-    di, gn = dims.d_inner, dims.ngroups * dims.d_state
-    conv_dim = di + 2 * gn
+    di, conv_dim = spec.d_inner, spec.conv_dim
     return (zxbcdt[..., :di], zxbcdt[..., di:di + conv_dim],
             zxbcdt[..., di + conv_dim:])
 
 
-def _split_xbc(xbc2: Tensor, dims: MixerDims):
+def _split_xbc(xbc2: Tensor, spec: MixerSpec):
     """x (batch, seqlen, ndir, nheads, headdim) and B, C (batch, seqlen, ndir,
     ngroups, dstate): views of the conv output (or of its gradient)."""
     batch, seqlen, ndir, _ = xbc2.shape
-    di, G, N, P = dims.d_inner, dims.ngroups, dims.d_state, dims.headdim
+    di, G, N, P = spec.d_inner, spec.ngroups, spec.d_state, spec.headdim
     return (xbc2[..., :di].view(batch, seqlen, ndir, di // P, P),
             xbc2[..., di:di + G * N].view(batch, seqlen, ndir, G, N),
             xbc2[..., di + G * N:].view(batch, seqlen, ndir, G, N))
 
 
-def _scan_args(xbc2: Tensor, dt: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor,
-               dims: MixerDims, chunk: int) -> ScanArgs:
-    x, B, C = _split_xbc(xbc2, dims)
-    D = D.float()[:, None].expand(-1, dims.headdim).contiguous()
-    return ScanArgs(x, B, C, dt, dt_bias.float().contiguous(), A, D, True, chunk)
+class _Stacked:
+    """One call's per-direction parameters stacked on a leading direction axis, in
+    the float32 layout the kernels read (recomputed in the backward: a few small
+    copies, cheaper to redo than to keep)."""
+
+    def __init__(self, params: List[Tensor], ndir: int, has_conv_b: bool,
+                 headdim: int):
+        it = iter(params)
+        conv_w = [next(it) for _ in range(ndir)]
+        conv_b = [next(it) for _ in range(ndir)] if has_conv_b else None
+        dt_bias, A_log, D, norm_w = ([next(it) for _ in range(ndir)] for _ in range(4))
+        self.conv_w = torch.stack([w.flatten(1) for w in conv_w]).float()
+        self.conv_b = torch.stack(conv_b).float() if has_conv_b else None
+        self.dt_bias = torch.cat(dt_bias).float()
+        self.A = -torch.exp(torch.cat(A_log).float())
+        self.D = torch.cat(D).float()[:, None].expand(-1, headdim).contiguous()
+        self.norm_w = torch.stack(norm_w).float()
+
+    def scan_args(self, xbc2: Tensor, dt: Tensor, spec: MixerSpec,
+                  chunk: int) -> ScanArgs:
+        x, B, C = _split_xbc(xbc2, spec)
+        return ScanArgs(x, B, C, dt, self.dt_bias, self.A, self.D, True, chunk)
+
+
+def _flat_params(params: MixerParams) -> List[Tensor]:
+    return [*params.conv_w, *(params.conv_b or ()), *params.dt_bias, *params.A_log,
+            *params.D, *params.norm_w]
 
 
 class _MixerCore(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, out_w, out_b,
-                dims):
+    def forward(ctx, zxbcdt, out_w, out_b, spec, has_conv_b, *params):
         zxbcdt = zxbcdt.contiguous()
         batch, seqlen, _ = zxbcdt.shape
-        z, xBC, dt = _views(zxbcdt, dims)
-        w32 = conv_w.float().contiguous()
-        b32 = conv_b.float().contiguous() if conv_b is not None else None
-        xbc2 = conv_forward(xBC, w32, b32, zxbcdt.new_empty(
-            batch, seqlen, dims.ndir, xBC.shape[-1]))
-        A = -torch.exp(A_log.float())
-        args = _scan_args(xbc2, dt, dt_bias, A, D, dims, ssd_scan.default_chunk(seqlen))
-        y2 = zxbcdt.new_empty(batch, seqlen, dims.ndir, dims.d_inner)
+        ndir, di = spec.ndir, spec.d_inner
+        p = _Stacked(params, ndir, has_conv_b, spec.headdim)
+        z, xBC, dt = _views(zxbcdt, spec)
+        xbc2 = conv_forward(xBC, p.conv_w, p.conv_b,
+                            zxbcdt.new_empty(batch, seqlen, ndir, spec.conv_dim))
+        args = p.scan_args(xbc2, dt, spec, default_chunk(seqlen))
+        y2 = zxbcdt.new_empty(batch, seqlen, ndir, di)
         scan_forward(args, y2.view(args.x.shape))
-        out = zxbcdt.new_empty(batch, seqlen, dims.d_inner)
-        _, rstd = gated_norm_forward(
-            y2.view(-1, dims.ndir, dims.d_inner), z.reshape(-1, dims.d_inner),
-            norm_w.float().contiguous(), dims.eps, dims.ngroups,
-            out.view(-1, dims.d_inner))
+        out = zxbcdt.new_empty(batch, seqlen, di)
+        _, rstd = gated_norm_forward(y2.view(-1, ndir, di), z.reshape(-1, di),
+                                     p.norm_w, spec.eps, spec.ngroups, out.view(-1, di))
         # out_proj in the compute dtype, as nn.Linear under autocast
         w_c = out_w.to(zxbcdt.dtype)
         b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
-        ctx.save_for_backward(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, xbc2,
-                              y2, rstd, w_c)
-        ctx.dims = dims
-        ctx.meta = (out_w.dtype, out_b is not None)
+        ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, w_c, *params)
+        ctx.spec = spec
+        ctx.meta = (out_w.dtype, out_b is not None, has_conv_b)
         return torch.nn.functional.linear(out, w_c, b_c)
 
     @staticmethod
     def backward(ctx, dres):
-        (zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, xbc2, y2, rstd,
-         w_c) = ctx.saved_tensors
-        dims = ctx.dims
-        out_w_dtype, has_out_b = ctx.meta
+        zxbcdt, xbc2, y2, rstd, w_c, *params = ctx.saved_tensors
+        spec = ctx.spec
+        out_w_dtype, has_out_b, has_conv_b = ctx.meta
         batch, seqlen, _ = zxbcdt.shape
-        di = dims.d_inner
-        z, xBC, dt = _views(zxbcdt, dims)
-        w32 = conv_w.float().contiguous()
-        b32 = conv_b.float().contiguous() if conv_b is not None else None
-        A = -torch.exp(A_log.float())
-        args = _scan_args(xbc2, dt, dt_bias, A, D, dims,
-                          ssd_scan.default_backward_chunk(seqlen))
+        ndir, di = spec.ndir, spec.d_inner
+        p = _Stacked(params, ndir, has_conv_b, spec.headdim)
+        z, xBC, dt = _views(zxbcdt, spec)
+        args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
 
         # out_proj: the input gradient, then the norm's output again for the weights
         dres2 = dres.reshape(-1, dres.shape[-1]).to(w_c.dtype)
         dout = dres2 @ w_c
         out = torch.empty_like(dout)
         dzxbcdt = torch.empty_like(zxbcdt)
-        dz, dxBC, ddt_raw = _views(dzxbcdt, dims)
+        dz, dxBC, ddt_raw = _views(dzxbcdt, spec)
         dy2 = torch.empty_like(y2)
-        dnorm_w = gated_norm_backward(
-            dout, y2.view(-1, dims.ndir, di), z.reshape(-1, di),
-            norm_w.float().contiguous(), rstd, dy2.view(-1, dims.ndir, di),
-            dz.view(-1, di), out=out)
+        dnorm_w = gated_norm_backward(dout, y2.view(-1, ndir, di), z.reshape(-1, di),
+                                      p.norm_w, rstd, dy2.view(-1, ndir, di),
+                                      dz.view(-1, di), out=out)
         dout_w = (dres2.t() @ out).to(out_w_dtype)
         dout_b = dres2.sum(0, dtype=torch.float32).to(out_w_dtype) if has_out_b else None
 
         dxbc2 = torch.empty_like(xbc2)
-        dx_out, dB_out, dC_out = _split_xbc(dxbc2, dims)
+        dx_out, dB_out, dC_out = _split_xbc(dxbc2, spec)
         dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
                                                    dD_per_slot=True)
-        sum_heads(dB, dims.ndir, dims.ngroups, out=dB_out)
-        sum_heads(dC, dims.ndir, dims.ngroups, out=dC_out)
-        ddt_raw.copy_(ddt.view(batch, seqlen, dims.ndir, -1).sum(2))
-        dconv_w, dconv_b = conv_backward(xBC, w32, b32, dxbc2, dxBC)
-        dA_log = dA * A
-        return (dzxbcdt, dconv_w.to(conv_w.dtype),
-                dconv_b.to(conv_b.dtype) if conv_b is not None else None,
-                dbias.to(dt_bias.dtype), dA_log.to(A_log.dtype),
-                dD.to(D.dtype), dnorm_w.to(norm_w.dtype), dout_w, dout_b, None)
+        sum_heads(dB, ndir, spec.ngroups, out=dB_out)
+        sum_heads(dC, ndir, spec.ngroups, out=dC_out)
+        ddt_raw.copy_(ddt.view(batch, seqlen, ndir, -1).sum(2))
+        dconv_w, dconv_b = conv_backward(xBC, p.conv_w, p.conv_b, dxbc2, dxBC)
+        dA_log = dA * p.A
+        # per-direction gradients: views of the stacked ones, in the parameters' order
+        grads = [*dconv_w.view(ndir, *params[0].shape).unbind(0)]
+        if has_conv_b:
+            grads += dconv_b.unbind(0)
+        for g in (dbias, dA_log, dD):
+            grads += g.view(ndir, -1).unbind(0)
+        grads += dnorm_w.unbind(0)
+        grads = [g.to(q.dtype) for g, q in zip(grads, params)]
+        return (dzxbcdt, dout_w, dout_b, None, None, *grads)
 
 
-def ssd_mixer_core(zxbcdt: Tensor, conv_w: Tensor, conv_b: Optional[Tensor],
-                   dt_bias: Tensor, A_log: Tensor, D: Tensor, norm_w: Tensor,
-                   out_w: Tensor, out_b: Optional[Tensor], dims: MixerDims) -> Tensor:
-    """Conv, SSD scan and gated norm of every direction, averaged, then ``out_proj``.
+def mixer_core_triton(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tensor:
+    """The mixer after ``in_proj`` in fused Triton kernels (CUDA, ``d_conv = 4``).
+
+    Same arguments and result as :func:`mmdinomamba.ops.mixer.mixer_core_ref`;
+    ``spec.chunk_size`` and ``spec.ssd_backend`` do not apply (the kernels are the
+    'triton' backend, with tiles of their own).
 
     Args:
-        zxbcdt (Tensor): (batch, seqlen, 2 * d_inner + 2 * ngroups * d_state + nheads),
-            the output of ``in_proj``; its dtype is the compute dtype.
-        conv_w (Tensor): (ndir, conv_dim, d_conv) depthwise conv weights.
-        conv_b (Tensor, optional): (ndir, conv_dim).
-        dt_bias, A_log, D (Tensor): (ndir * nheads,), directions concatenated.
-        norm_w (Tensor): (ndir, d_inner) gated-norm weights.
-        out_w (Tensor): (dim, d_inner) ``out_proj`` weight.
-        out_b (Tensor, optional): (dim,) ``out_proj`` bias.
-        dims (MixerDims): sizes.
+        zxbcdt (Tensor): (batch, seqlen, 2 * d_inner + 2 * ngroups * d_state +
+            nheads), the output of ``in_proj``; its dtype is the compute dtype.
+        params (MixerParams): the parameters.
+        spec (MixerSpec): sizes.
 
     Returns:
         Tensor: (batch, seqlen, dim), the mixer's output, in zxbcdt's dtype.
     """
-    return _MixerCore.apply(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, norm_w, out_w,
-                            out_b, dims)
+    if spec.d_conv != 4:
+        raise ValueError(f'mixer_core_triton: the fused conv is written for d_conv=4, '
+                         f'got {spec.d_conv}')
+    return _MixerCore.apply(zxbcdt, params.out_w, params.out_b, spec,
+                            params.conv_b is not None, *_flat_params(params))

@@ -129,3 +129,21 @@ def test_head_weight_norm_and_frozen_gain():
         DINOHead(8, num_layers=0)
     with pytest.raises(ValueError, match='batch, channels'):
         head(torch.randn(2, 3, 8))
+
+
+def test_teacher_update_equals_the_per_tensor_loop_bit_for_bit():
+    """update_teacher's multi-tensor ops do per tensor what the plain loop
+    ``t.mul_(m).add_(s, alpha=1 - m)`` does: the same values, bit for bit."""
+    model = tiny_dino(teacher_momentum=0.9)
+    model.init_weights()
+    with torch.no_grad():
+        for p in model._student().parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    loop = copy.deepcopy(model.teacher)
+    student = dict(model._student().named_parameters())
+    with torch.no_grad():
+        for name, t in loop.named_parameters():
+            t.mul_(0.9).add_(student[name], alpha=1 - 0.9)
+    model.update_teacher()
+    for (name, a), b in zip(model.teacher.named_parameters(), loop.parameters()):
+        assert torch.equal(a, b), name

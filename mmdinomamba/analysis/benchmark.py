@@ -1,0 +1,618 @@
+"""Speed and memory of the backbones, the DINO training step and the SSD op.
+
+The library behind ``tools/analysis/benchmark.py``; every mode measures in one
+process, so that ratios compare like with like:
+
+* :func:`run_models`: for each backbone, input size and batch size, inference
+  throughput (``torch.no_grad``, autocast), training-step throughput (forward,
+  backward and an AdamW step) and peak memory, eager and optionally replayed from
+  a CUDA graph (no host launch overhead), with the host time to issue one eager
+  step and the kernel launches per step, each figure with its ratio to the
+  baseline (ViT-B: mmpretrain's ``VisionTransformer`` when it imports, else
+  timm's ``vit_base_patch16_224``);
+* :func:`run_dino_steps`: the paper's DINO training step built from a shipped
+  config through the registry (student on every crop, teacher on the global
+  ones, the DINO head and loss, per-parameter clipping, AdamW, the teacher EMA),
+  as ``Runner.train_step`` runs it, eager;
+* :func:`run_kernel`: the SSD op (:func:`mmdinomamba.ops.ssd`) on its own;
+* :func:`profile_model`: where one step of one model spends its time.
+
+Every timing is the median over ``repeats`` timed runs of ``iters`` steps each,
+after ``warmup`` untimed steps, with the device synchronised around each run.
+"""
+import datetime
+import os.path as osp
+import platform
+import statistics
+import time
+import traceback
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from mmdinomamba.models.backbones import DinoVim, LinearViT
+from mmdinomamba.ops import BACKENDS, resolve_backend, ssd, triton_available
+
+# Backbones by name; 'vit-b' is the baseline every ratio refers to.
+MODELS = {
+    'dinovim-t': dict(type='DinoVim', arch='tiny'),
+    'dinovim-s': dict(type='DinoVim', arch='small'),
+    'dinovim-b': dict(type='DinoVim', arch='base'),
+    'reg-b': dict(type='DinoVim', arch='base', num_registers=12),
+    'linearvit-b': dict(type='LinearViT', arch='base'),
+    'vit-b': dict(type='ViT', arch='base'),
+}
+BASELINE = 'vit-b'
+# The shipped DINO pretraining configs by name (in the repository's configs/)
+_CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
+                        'configs')
+DINO_CONFIGS = {
+    name: osp.join(_CONFIG_ROOT, 'dino', f'dino_{arch}-p16_4xb48-amp-100e_in1k.py')
+    for name, arch in (('dinovim-t', 'dinovim-tiny'), ('dinovim-s', 'dinovim-small'),
+                       ('dinovim-b', 'dinovim-base'), ('reg-b', 'dinomamba-reg-base'),
+                       ('linearvit-b', 'linearvit-base'), ('vit-b', 'vit-base'))
+}
+DINO_BASELINE = 'vit-b'
+AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'none': None}
+DROP_PATH_RATE = 0.1
+
+
+# --------------------------------------------------------------------------- #
+# Timing
+# --------------------------------------------------------------------------- #
+def synchronize(device: torch.device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def time_ms(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int,
+            iters: int) -> List[float]:
+    """Milliseconds per call of ``fn``: one figure per repeat of ``iters`` calls."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(repeats):
+        if device.type == 'cuda':
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / iters)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e3 / iters)
+    return times
+
+
+def host_ms(fn: Callable[[], object], device: torch.device, repeats: int) -> List[float]:
+    """Milliseconds the host takes to issue one call of ``fn``, per repeat.
+
+    The device is synchronised before each call and after it, not in between: the
+    figure is the time until ``fn`` returns, while the GPU may still be running
+    what it issued. It is the host's cost of a step only when ``fn`` itself never
+    waits for the device (no ``.item()``, no loss-scaler check) and the GPU keeps
+    up; :func:`run_dino_steps` measures the host cost of steps that do wait by
+    running them on two images instead (then the GPU waits for the host).
+    """
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        synchronize(device)
+    return times
+
+
+def launches_per_call(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+    """GPU kernels one call of ``fn`` launches (``torch.profiler``; None on a CPU).
+
+    Copies and memsets are not counted; every kernel is, PyTorch's and Triton's.
+    """
+    if device.type != 'cuda':
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        synchronize(device)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(('Memcpy', 'Memset'))]
+    return len(kernels)
+
+
+def _peak_gib(device: torch.device) -> Optional[float]:
+    if device.type != 'cuda':
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def _reset_peak(device: torch.device):
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# --------------------------------------------------------------------------- #
+# Models
+# --------------------------------------------------------------------------- #
+def build_vit_b(img_size: int) -> torch.nn.Module:
+    """ViT-B/16 baseline: mmpretrain's when it imports, else timm's (SDPA)."""
+    try:
+        from mmpretrain.models import VisionTransformer
+    except Exception:  # mmpretrain (or mmcv under it) missing
+        VisionTransformer = None
+    if VisionTransformer is not None:
+        model = VisionTransformer(arch='base', img_size=img_size, patch_size=16,
+                                  drop_path_rate=DROP_PATH_RATE, out_type='cls_token')
+        model.baseline_source = 'mmpretrain.VisionTransformer'
+        return model
+    try:
+        import timm
+    except ImportError as e:
+        raise RuntimeError('the ViT-B baseline needs mmpretrain or timm') from e
+    model = timm.create_model('vit_base_patch16_224', pretrained=False, num_classes=0,
+                              img_size=img_size, drop_path_rate=DROP_PATH_RATE)
+    model.baseline_source = f'timm {timm.__version__} vit_base_patch16_224'
+    return model
+
+
+def build_model(spec: dict, img_size: int) -> torch.nn.Module:
+    """A backbone from a :data:`MODELS`-style spec, sized for ``img_size``."""
+    cfg = dict(spec)
+    kind = cfg.pop('type')
+    if kind == 'ViT':
+        return build_vit_b(img_size)
+    cls = {'DinoVim': DinoVim, 'LinearViT': LinearViT}.get(kind)
+    if cls is None:
+        raise ValueError(f'benchmark: unknown model type {kind!r}; choose one of '
+                         "'DinoVim', 'LinearViT', 'ViT'")
+    cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
+    return cls(img_size=img_size, **cfg)
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _autocast(device: torch.device, amp: Optional[torch.dtype], cache: bool = True):
+    return torch.autocast(device.type, dtype=amp or torch.float32,
+                          enabled=amp is not None, cache_enabled=cache)
+
+
+def cuda_graph(fn: Callable[[], object], device: torch.device,
+               warmup: int) -> Callable[[], None]:
+    """Capture ``fn`` (after ``warmup`` calls on a side stream) in a CUDA graph;
+    return its replay. Its tensors are static: replays recompute the same step."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(max(warmup, 1)):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def _steps(model: torch.nn.Module, x: torch.Tensor, device: torch.device,
+           amp: Optional[torch.dtype], graph: bool):
+    """The inference and training-step callables (graph: capture-safe variants)."""
+    def infer():
+        with torch.no_grad(), _autocast(device, amp, cache=not graph):
+            return _first(model(x))
+
+    # capturable: the step counters live on the device, as graph replay needs
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05,
+                                  capturable=graph)
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(device, amp, cache=not graph):
+            out = _first(model(x))
+        loss = out.float().pow(2).mean()
+        loss.backward()
+        optimizer.step()
+
+    return infer, train_step
+
+
+def measure_model(model: torch.nn.Module, img_size: int, batch: int,
+                  device: torch.device, amp: Optional[torch.dtype], modes: Sequence[str],
+                  warmup: int, repeats: int, iters: int,
+                  graph: bool = False) -> Dict[str, object]:
+    """Inference and training-step figures of one model at one (size, batch).
+
+    Eager figures always; with ``graph`` also the same steps replayed from a CUDA
+    graph (``*_graph_*`` keys), which removes the host's launch overhead. Peak
+    memory is the eager run's.
+    """
+    model.to(device)
+    x = torch.randn(batch, 3, img_size, img_size, device=device)
+    res: Dict[str, object] = dict(
+        params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+    for mode in ('infer', 'train'):
+        if mode not in modes:
+            continue
+        model.train(mode == 'train')
+        _reset_peak(device)
+        step = _steps(model, x, device, amp, graph=False)[mode == 'train']
+        t = time_ms(step, device, warmup, repeats, iters)
+        res.update({f'{mode}_ms': statistics.median(t), f'{mode}_ms_all': t,
+                    f'{mode}_img_s': batch * 1e3 / statistics.median(t),
+                    f'{mode}_peak_gib': _peak_gib(device)})
+        if device.type == 'cuda':
+            res.update({f'{mode}_host_ms': statistics.median(host_ms(step, device, repeats)),
+                        f'{mode}_launches': launches_per_call(step, device)})
+        del step
+        if not graph:
+            continue
+        try:
+            model.zero_grad(set_to_none=True)
+            replay = cuda_graph(_steps(model, x, device, amp, graph=True)[mode == 'train'],
+                                device, warmup)
+            t = time_ms(replay, device, warmup, repeats, iters)
+            res.update({f'{mode}_graph_ms': statistics.median(t),
+                        f'{mode}_graph_img_s': batch * 1e3 / statistics.median(t)})
+            del replay
+        except Exception as e:  # a model whose step cannot be captured
+            res[f'{mode}_graph_error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
+            traceback.print_exc()
+        model.zero_grad(set_to_none=True)
+    return res
+
+
+def _ssd_path(model: torch.nn.Module, device: torch.device) -> str:
+    """Which SSD path a DinoVim takes on ``device`` ('fused-triton' or a backend)."""
+    mixer = next((m for m in model.modules() if hasattr(m, 'uses_fused_path')), None)
+    if mixer is None:
+        return '-'
+    probe = torch.empty(1, 1, mixer.in_proj.out_features, device=device,
+                        dtype=torch.bfloat16 if device.type == 'cuda' else torch.float32)
+    if mixer.uses_fused_path(probe):
+        return 'fused-triton'
+    return resolve_backend(mixer.ssd_backend, device)
+
+
+def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[int],
+               device: torch.device, amp: Optional[torch.dtype], modes: Sequence[str],
+               warmup: int, repeats: int, iters: int,
+               baseline: Optional[str] = BASELINE, graph: bool = False) -> List[dict]:
+    """Measure every (model, size) pair; add ratios to ``baseline`` (a key of specs).
+
+    Returns:
+        list[dict]: one row per (model, size) with the figures of
+        :func:`measure_model`, ``error`` when it failed, and ``*_vs_baseline``.
+    """
+    if len(sizes) != len(batches):
+        raise ValueError(f'benchmark: give one batch size per input size, got sizes '
+                         f'{list(sizes)} and batch sizes {list(batches)}')
+    rows = []
+    for size, batch in zip(sizes, batches):
+        for name, spec in specs.items():
+            row = dict(model=name, img_size=size, batch=batch)
+            try:
+                model = build_model(spec, size)
+                row['source'] = getattr(model, 'baseline_source', spec['type'])
+                row['ssd_path'] = _ssd_path(model, device)
+                row.update(measure_model(model, size, batch, device, amp, modes,
+                                         warmup, repeats, iters, graph))
+            except Exception as e:  # OOM, a missing baseline: report and go on
+                row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
+                traceback.print_exc()
+            finally:
+                model = None
+                _reset_peak(device)
+            rows.append(row)
+            print(format_row(row), flush=True)
+    add_ratios(rows, baseline)
+    return rows
+
+
+def add_ratios(rows: List[dict], baseline: Optional[str]):
+    """Add ``<figure>_vs_baseline`` (throughput ratio) to rows of the same size and batch."""
+    base = {(r['img_size'], r['batch']): r for r in rows if r['model'] == baseline}
+    for r in rows:
+        b = base.get((r['img_size'], r['batch']))
+        for key in ('infer_img_s', 'train_img_s', 'infer_graph_img_s',
+                    'train_graph_img_s'):
+            if b is not None and key in r and b.get(key):
+                r[key.replace('_img_s', '_vs_baseline')] = r[key] / b[key]
+
+
+def _fmt(v, spec: str) -> str:
+    return '-' if v is None else format(v, spec)
+
+
+def format_row(r: dict) -> str:
+    if 'error' in r:
+        return f"{r['model']:<12} {r['img_size']:>5} {r['batch']:>5}  ERROR {r['error']}"
+    cells = [f"{r['model']:<12} {r['img_size']:>5} {r['batch']:>5}"]
+    for key in ('infer', 'train', 'infer_graph', 'train_graph'):
+        cells.append(f"{_fmt(r.get(key + '_img_s'), '9.1f')} "
+                     f"{_fmt(r.get(key + '_vs_baseline'), '5.2f'):>5}")
+    cells.append(f"{_fmt(r.get('train_peak_gib'), '8.2f')} "
+                 f"{_fmt(r.get('infer_peak_gib'), '8.2f')} "
+                 f"{_fmt(r.get('train_host_ms'), '9.1f')} "
+                 f"{_fmt(r.get('train_launches'), '8d')}  {r.get('ssd_path', '')}")
+    return ' '.join(cells)
+
+
+def format_table(rows: List[dict], baseline: Optional[str]) -> str:
+    ratio = f"x{baseline or '-'}"[:5]
+    head = (f"{'model':<12} {'px':>5} {'batch':>5} "
+            + ' '.join(f'{name:>9} {ratio:>5}' for name in
+                       ('infer/s', 'train/s', 'gInfer/s', 'gTrain/s'))
+            + f" {'trainGiB':>8} {'inferGiB':>8} {'hostMs':>9} {'launches':>8}  ssd")
+    return '\n'.join([head, '-' * len(head)] + [format_row(r) for r in rows])
+
+
+# --------------------------------------------------------------------------- #
+# DINO-step mode
+# --------------------------------------------------------------------------- #
+def dino_views(cfg, batch: int, device: torch.device) -> dict:
+    """A batch as the DINO pipeline of ``cfg`` delivers it (uint8, on the host,
+    pinned on CUDA): ``dict(inputs=[view, ...], data_samples=[...])``, every view
+    (batch, 3, size, size) with the config's global and local crop sizes."""
+    from mmpretrain.structures import DataSample
+    crop = next(t for t in cfg.train_dataloader.dataset.pipeline
+                if t['type'] in ('DINOMultiCrop', 'mmdinomamba.DINOMultiCrop'))
+    sizes = ([crop.get('global_size', 224)] * crop.get('num_global_views', 2)
+             + [crop.get('local_size', 96)] * crop.get('num_local_views', 8))
+    gen = torch.Generator().manual_seed(0)
+    views = []
+    for size in sizes:
+        v = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8,
+                          generator=gen)
+        views.append(v.pin_memory() if device.type == 'cuda' else v)
+    return dict(inputs=views, data_samples=[DataSample() for _ in range(batch)])
+
+
+def build_dino_step(config: str, device: torch.device, batch: Optional[int] = None,
+                    cfg_options: Optional[dict] = None):
+    """The training step of a DINO config, as ``tools/train.py`` runs it.
+
+    The model, its data preprocessor and the optimizer wrapper (the config's own:
+    per-parameter clipping, AdamW, fp16 AMP for the shipped configs) are built
+    through the registries from the config; one call of the returned function is
+    ``model.train_step(data, optim_wrapper)``, the call mmengine's training loop
+    makes each iteration (the teacher EMA and both networks' forward passes
+    included).
+
+    Args:
+        config (str): path of a DINO config.
+        device (torch.device): where to train.
+        batch (int, optional): images per view; None takes the config's.
+        cfg_options (dict, optional): overrides merged into the config, as
+            ``--cfg-options``.
+
+    Returns:
+        tuple: (step function, the model, images per view).
+    """
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+
+    from mmpretrain.registry import MODELS
+
+    from mmdinomamba.registry import register_all_modules
+    register_all_modules()
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    # as the Runner: names resolve in the config's scope (our optimizer wrappers live
+    # in mmpretrain's registries)
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    model_cfg = cfg.model.copy()
+    if 'data_preprocessor' in cfg:
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    model = MODELS.build(model_cfg)
+    model.init_weights()
+    model.to(device).train()
+    wrapper_cfg = cfg.optim_wrapper.copy()
+    if device.type != 'cuda' and 'Amp' in wrapper_cfg.get('type', ''):
+        wrapper_cfg['type'] = wrapper_cfg['type'].replace('Amp', '')  # AMP needs CUDA
+    optim_wrapper = build_optim_wrapper(model, wrapper_cfg)
+    batch = batch or cfg.train_dataloader.batch_size
+    data = dino_views(cfg, batch, device)
+
+    def step():
+        return model.train_step(data, optim_wrapper)
+
+    return step, model, batch
+
+
+def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: int,
+                      iters: int, host_batch: int = 2,
+                      cfg_options: Optional[dict] = None) -> Dict[str, object]:
+    """Seconds per iteration, images/s, peak memory, launches and host time of one
+    config's DINO step.
+
+    ``host_ms`` is the same step on ``host_batch`` images per view, where the GPU
+    waits for the host, so its time is the host's (the issue time of the full
+    step cannot be read directly: the AMP loss scaler waits for the device).
+    """
+    step, model, batch = build_dino_step(config, device, cfg_options=cfg_options)
+    _reset_peak(device)
+    t = time_ms(step, device, warmup, repeats, iters)
+    res: Dict[str, object] = dict(
+        batch=batch, params_m=sum(p.numel() for p in model.parameters()) / 1e6,
+        s_iter=statistics.median(t) / 1e3, ms_all=t,
+        img_s=batch * 1e3 / statistics.median(t), peak_gib=_peak_gib(device),
+        launches=launches_per_call(step, device))
+    del step, model
+    _reset_peak(device)
+    if host_batch:
+        small, _, _ = build_dino_step(config, device, batch=host_batch,
+                                      cfg_options=cfg_options)
+        res['host_ms'] = statistics.median(time_ms(small, device, warmup, repeats, iters))
+        del small
+    return res
+
+
+def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
+                   repeats: int, iters: int, baseline: Optional[str] = None,
+                   host_batch: int = 2) -> List[dict]:
+    """:func:`measure_dino_step` for each named config; ``<figure>_vs_baseline``
+    ratios (throughput) against the ``baseline`` name."""
+    rows = []
+    for name, config in configs.items():
+        row = dict(model=name, config=config)
+        try:
+            row.update(measure_dino_step(config, device, warmup, repeats, iters,
+                                         host_batch))
+        except Exception as e:  # OOM, a config that does not build: report, go on
+            row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
+            traceback.print_exc()
+        _reset_peak(device)
+        rows.append(row)
+        print(format_dino_row(row), flush=True)
+    base = next((r for r in rows if r['model'] == baseline and 'img_s' in r), None)
+    for r in rows:
+        if base is not None and 'img_s' in r:
+            r['img_s_vs_baseline'] = r['img_s'] / base['img_s']
+    return rows
+
+
+def format_dino_row(r: dict) -> str:
+    if 'error' in r:
+        return f"{r['model']:<12}  ERROR {r['error']}"
+    return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
+            f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
+            f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
+            f"{_fmt(r.get('peak_gib'), '7.2f')}")
+
+
+def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
+    ratio = f"x{baseline or '-'}"[:5]
+    head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
+            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7}")
+    return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
+
+
+# --------------------------------------------------------------------------- #
+# Kernel mode
+# --------------------------------------------------------------------------- #
+def ssd_inputs(batch: int, seqlen: int, nheads: int, headdim: int, dstate: int,
+               ngroups: int, device: torch.device, dtype: torch.dtype,
+               generator: torch.Generator) -> Dict[str, torch.Tensor]:
+    """Random SSD arguments shaped like one direction of a DinoVim mixer."""
+    def randn(*shape, dt=dtype):
+        return torch.randn(*shape, generator=generator, device='cpu').to(device, dt)
+
+    return dict(
+        x=randn(batch, seqlen, nheads, headdim), dt=randn(batch, seqlen, nheads),
+        A=-torch.linspace(1, 16, nheads, device=device),
+        B=randn(batch, seqlen, ngroups, dstate), C=randn(batch, seqlen, ngroups, dstate),
+        D=torch.ones(nheads, device=device),
+        dt_bias=torch.linspace(-6.9, -2.3, nheads, device=device))
+
+
+def run_kernel(backends: Sequence[str], batch: int, seqlen: int, nheads: int,
+               headdim: int, dstate: int, ngroups: int, device: torch.device,
+               dtype: torch.dtype, warmup: int, repeats: int, iters: int) -> List[dict]:
+    """Forward and forward+backward milliseconds of :func:`ssd` per backend."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = ssd_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, device, dtype,
+                        gen)
+    grad_names = ('x', 'dt', 'B', 'C')
+    rows = []
+    for backend in backends:
+        row = dict(backend=backend, batch=batch, seqlen=seqlen, nheads=nheads,
+                   headdim=headdim, dstate=dstate, ngroups=ngroups, dtype=str(dtype))
+        try:
+            resolve_backend(backend, device)
+
+            def fwd():
+                with torch.no_grad():
+                    return ssd(**inputs, dt_softplus=True, backend=backend)
+
+            leaves = {k: v.detach().requires_grad_(k in grad_names)
+                      for k, v in inputs.items()}
+            dy = torch.randn(batch, seqlen, nheads, headdim, generator=gen).to(device, dtype)
+
+            def fwd_bwd():
+                y = ssd(**leaves, dt_softplus=True, backend=backend)
+                torch.autograd.grad(y, [leaves[k] for k in grad_names], dy)
+
+            t = time_ms(fwd, device, warmup, repeats, iters)
+            row.update(fwd_ms=statistics.median(t), fwd_ms_all=t)
+            t = time_ms(fwd_bwd, device, warmup, repeats, iters)
+            row.update(fwd_bwd_ms=statistics.median(t), fwd_bwd_ms_all=t)
+        except Exception as e:  # a backend missing here, or OOM
+            row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
+        rows.append(row)
+        print(f"{backend:<10} fwd {_fmt(row.get('fwd_ms'), '9.3f')} ms   fwd+bwd "
+              f"{_fmt(row.get('fwd_bwd_ms'), '9.3f')} ms  {row.get('error', '')}",
+              flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- #
+# Profile mode
+# --------------------------------------------------------------------------- #
+def profile_model(spec: dict, img_size: int, batch: int, device: torch.device,
+                  amp: Optional[torch.dtype], step: str, warmup: int,
+                  iters: int) -> List[dict]:
+    """Where one step's time goes, per kernel (CUDA) or per operator (CPU).
+
+    Runs ``warmup`` steps, then profiles ``iters`` steps with ``torch.profiler``:
+    on CUDA the device time of each kernel, on the CPU the self time of each
+    operator. Returns rows ``name, ms_per_step, calls_per_step``, largest first.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    if step not in ('infer', 'train'):
+        raise ValueError(f"benchmark: step must be 'infer' or 'train', got {step!r}")
+    model = build_model(spec, img_size).to(device).train(step == 'train')
+    x = torch.randn(batch, 3, img_size, img_size, device=device)
+    fn = _steps(model, x, device, amp, graph=False)[step == 'train']
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    cuda = device.type == 'cuda'
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(iters):
+            fn()
+        synchronize(device)
+    rows = []
+    for event in prof.key_averages():
+        total_us = event.device_time_total if cuda else event.self_cpu_time_total
+        if total_us > 0:
+            rows.append(dict(name=event.key, ms_per_step=total_us / iters / 1e3,
+                             calls_per_step=event.count / iters))
+    return sorted(rows, key=lambda r: -r['ms_per_step'])
+
+
+def format_profile(rows: List[dict], top: int) -> str:
+    total = sum(r['ms_per_step'] for r in rows)
+    lines = [f'total {total:.3f} ms per step; the {min(top, len(rows))} largest:',
+             f"{'ms/step':>9} {'share':>6} {'calls':>6}  name"]
+    for r in rows[:top]:
+        lines.append(f"{r['ms_per_step']:9.3f} {r['ms_per_step'] / total:6.1%} "
+                     f"{r['calls_per_step']:6.0f}  {r['name'][:90]}")
+    return '\n'.join(lines)
+
+
+def environment(device: torch.device) -> dict:
+    env = dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
+               python=platform.python_version(), device=str(device),
+               triton_available=triton_available())
+    if device.type == 'cuda':
+        env['gpu'] = torch.cuda.get_device_name(device)
+        try:
+            import triton
+            env['triton'] = triton.__version__
+        except ImportError:
+            pass
+    else:
+        env['cpu'] = platform.processor() or platform.machine()
+    return env
+
+
