@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 Tensor = torch.Tensor
 
 # Tokens walked by one program (forward, backward) and channels it owns (two per
@@ -288,7 +290,7 @@ def conv_forward(x: Tensor, weight: Tensor, bias, out: Tensor) -> Tensor:
     _check_dense(x=x, out=out)
     batch, seqlen, dim = x.shape
     a = _layout(x, out)
-    _conv_fwd_kernel[_grid(batch, seqlen, dim, FWD_BLOCK_T)](
+    launch(_conv_fwd_kernel)[_grid(batch, seqlen, dim, FWD_BLOCK_T)](
         x, weight, bias if bias is not None else weight, out, seqlen, dim,
         x.stride(0), x.stride(1) // a, out.stride(0), out.stride(1) // a,
         out.stride(2) // a, NDIR=weight.shape[0], HAS_BIAS=bias is not None,
@@ -316,7 +318,7 @@ def conv_backward(x: Tensor, weight: Tensor, bias, dout: Tensor, dx: Tensor):
     rows = batch * grid[2]
     part = torch.empty(rows, ndir, dim, 5, device=x.device, dtype=torch.float32)
     a = math.gcd(_layout(x, dout), row_align(dx.element_size(), dx.stride(1)))
-    _conv_bwd_kernel[grid](
+    launch(_conv_bwd_kernel)[grid](
         x, weight, bias if bias is not None else weight, dout, dx, part, seqlen, dim,
         x.stride(0), x.stride(1) // a, dout.stride(0), dout.stride(1) // a,
         dout.stride(2) // a, dx.stride(0), dx.stride(1) // a, NDIR=ndir,

@@ -52,8 +52,7 @@ def _split_xbc(xbc2: Tensor, spec: MixerSpec):
 
 class _Stacked:
     """One call's per-direction parameters stacked on a leading direction axis, in
-    the float32 layout the kernels read (recomputed in the backward: a few small
-    copies, cheaper to redo than to keep)."""
+    the float32 layout the kernels read (a few KB; the backward reuses them)."""
 
     def __init__(self, params: List[Tensor], ndir: int, has_conv_b: bool,
                  headdim: int):
@@ -100,6 +99,7 @@ class _MixerCore(torch.autograd.Function):
         w_c = out_w.to(zxbcdt.dtype)
         b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
         ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, w_c, *params)
+        ctx.stacked = p
         ctx.spec = spec
         ctx.meta = (out_w.dtype, out_b is not None, has_conv_b)
         return torch.nn.functional.linear(out, w_c, b_c)
@@ -111,7 +111,7 @@ class _MixerCore(torch.autograd.Function):
         out_w_dtype, has_out_b, has_conv_b = ctx.meta
         batch, seqlen, _ = zxbcdt.shape
         ndir, di = spec.ndir, spec.d_inner
-        p = _Stacked(params, ndir, has_conv_b, spec.headdim)
+        p = ctx.stacked
         z, xBC, dt = _views(zxbcdt, spec)
         args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
 

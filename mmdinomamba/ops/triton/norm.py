@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 from .conv import row_align
 
 Tensor = torch.Tensor
@@ -159,7 +161,7 @@ def gated_norm_forward(y: Tensor, z: Tensor, weight: Tensor, eps: float, ngroups
     blocks = _norm_blocks(dim, ngroups)
     strides = (y.stride(0), y.stride(1), z.stride(0), out.stride(0))
     align = row_align(y.element_size(), *strides)
-    _gated_norm_fwd_kernel[(rows, )](
+    launch(_gated_norm_fwd_kernel)[(rows, )](
         y, z, weight, out, rstd, eps, *[s // align for s in strides], NDIR=ndir,
         ROW_ALIGN=align, num_warps=_warps(blocks), **blocks)
     return out, rstd
@@ -178,7 +180,7 @@ def gated_norm_backward(dout: Tensor, y: Tensor, z: Tensor, weight: Tensor,
     strides = (dout.stride(0), y.stride(0), y.stride(1), z.stride(0), dz.stride(0),
                out.stride(0) if out is not None else dz.stride(0))
     align = row_align(y.element_size(), *strides)
-    _gated_norm_bwd_kernel[(programs, )](
+    launch(_gated_norm_bwd_kernel)[(programs, )](
         dout, y, z, weight, rstd, dy, dz, dw, out if out is not None else dz, rows,
         *[s // align for s in strides], NDIR=ndir, ROWS=GATED_NORM_ROWS,
         ROW_ALIGN=align, HAS_OUT=out is not None, STAGES=GATED_NORM_STAGES,
@@ -256,7 +258,7 @@ class _AddRMSNorm(torch.autograd.Function):
         out = torch.empty(rows, dim, device=h.device, dtype=out_dtype)
         rstd = torch.empty(rows, device=h.device, dtype=torch.float32)
         block = triton.next_power_of_2(dim)
-        _add_norm_fwd_kernel[(rows, )](
+        launch(_add_norm_fwd_kernel)[(rows, )](
             h2, res2 if res2 is not None else h2, scale if scale is not None else rstd,
             weight, res_out, out, rstd, eps, seqlen, DIM=dim, BLOCK=block,
             HAS_RESIDUAL=res2 is not None, HAS_SCALE=scale is not None,
@@ -277,7 +279,7 @@ class _AddRMSNorm(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros(rows, dim, device=res_out.device, dtype=torch.float32)
         block = triton.next_power_of_2(dim)
-        _add_norm_bwd_kernel[(programs, )](
+        launch(_add_norm_bwd_kernel)[(programs, )](
             dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
             res_out, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,
             rows, seqlen, DIM=dim, BLOCK=block, HAS_DRES=dres_out is not None,

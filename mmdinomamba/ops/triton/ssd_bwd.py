@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
 from .ssd_common import (LOG_DECAY_FLOOR, ScanArgs, _chunk_positions, _chunk_steps,
                          _load_chunk, _load_raw, _load_rows, _program_bases,
                          _tile_offsets, block, occupancy_maxnreg, strides)
@@ -254,7 +255,7 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
                   nchunks=nchunks, **strides('y', dy[..., 0]))
     if states_maxnreg == 'auto':
         states_maxnreg = occupancy_maxnreg(nslots * batch, dy.device)
-    _ssd_bwd_states_kernel[(nslots, batch)](
+    launch(_ssd_bwd_states_kernel)[(nslots, batch)](
         **inputs, num_warps=states_warps, maxnreg=states_maxnreg,
         **{k: v for k, v in const.items() if k != 'HAS_D'})
     # every chunk in parallel; a short last chunk (6 of 64 tokens at 198) in its own
@@ -267,7 +268,7 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
                    chunk_len=chunk, **strides('g', dx[..., 0]))
     for first, count, tile in ((0, full, chunk), (full, nchunks - full, tail)):
         if count:
-            _ssd_bwd_chunk_kernel[(nslots, batch, count)](
+            launch(_ssd_bwd_chunk_kernel)[(nslots, batch, count)](
                 **inputs, **outputs, c0=first, num_warps=num_warps, maxnreg=maxnreg,
                 **dict(const, CHUNK=tile))
     # one reduction each over images and chunks

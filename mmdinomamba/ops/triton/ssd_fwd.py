@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
 from .ssd_common import (ScanArgs, _chunk_steps, _load_raw, _program_bases, _tile_offsets,
                          block, occupancy_maxnreg, sm_count, strides)
 
@@ -112,7 +113,7 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 
     grid = (args.nslots * p_blocks, args.batch)
     if maxnreg == 'auto':
         maxnreg = occupancy_maxnreg(grid[0] * grid[1], y.device)
-    _ssd_fwd_kernel[grid](**args.inputs(), D_ptr=args.D_ptr(), y_ptr=y,
+    launch(_ssd_fwd_kernel)[grid](**args.inputs(), D_ptr=args.D_ptr(), y_ptr=y,
                           **strides('y', y[..., 0]), num_warps=num_warps,
                           maxnreg=maxnreg, **const)
     return y

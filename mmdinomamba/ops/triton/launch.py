@@ -1,0 +1,104 @@
+"""Launching a Triton kernel with less host work per call.
+
+``kernel[grid](*args, **kwargs)`` re-derives on every call what the compiled kernel
+depends on: it binds the arguments, specialises each one (dtype, 16-byte alignment,
+``== 1`` and divisibility by 16 of integers), builds a cache key from them, asks the
+driver for the device and stream, then launches. A DinoVim training step makes a
+few hundred such launches, and that work is a large part of the host's time per
+step. :class:`Launcher` keeps, per kernel, the compiled kernels by a key computed
+from the same properties of the arguments (so it tells apart exactly the calls that
+Triton would compile differently) and launches a known one directly; an unknown key
+goes through Triton's own path once, which compiles if needed and launches.
+
+Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
+Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
+"""
+import os
+from typing import Dict, Tuple
+
+import torch
+
+Tensor = torch.Tensor
+
+_LAUNCH_OPTIONS = ('num_warps', 'num_stages', 'num_ctas', 'maxnreg')
+
+
+def fast_launch_enabled() -> bool:
+    return (os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1') != '0'
+            and os.environ.get('TRITON_INTERPRET', '0') != '1')
+
+
+def _launch_hooks_set() -> bool:
+    """Whether anything (a profiler) hooks Triton's launches: then every launch
+    goes through Triton's path, which calls the hooks."""
+    try:
+        from triton import knobs
+    except ImportError:  # a Triton without knobs: no fast path
+        return True
+    hook = knobs.runtime.launch_enter_hook
+    # a HookChain (Triton >= 3.5) is never None; it hooks when it holds calls
+    return hook is not None and bool(getattr(hook, 'calls', True))
+
+
+def _arg_key(value, constexpr: bool):
+    """What Triton specialises a kernel on for one argument."""
+    if constexpr:
+        return value
+    if isinstance(value, Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return type(value), value if isinstance(value, bool) else None
+    if isinstance(value, int):
+        return (value == 1, value % 16 == 0, -2**31 <= value < 2**31,
+                value >= 2**63)
+    return type(value), value
+
+
+class Launcher:
+    """``Launcher(kernel)[grid](*args, **kwargs)`` launches like ``kernel[grid]``.
+
+    Args:
+        kernel: a ``@triton.jit`` function.
+    """
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.names = list(kernel.arg_names)
+        self.constexpr = [i in set(kernel.constexprs) for i in range(len(self.names))]
+        self.compiled: Dict[Tuple, object] = {}
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+
+    def launch(self, grid, args, kwargs):
+        if _launch_hooks_set():
+            return self.kernel[grid](*args, **kwargs)  # a profiler's hooks see every launch
+        try:
+            values = list(args) + [kwargs[n] for n in self.names[len(args):]]
+        except KeyError:  # an argument left to its default: Triton binds it
+            return self.kernel[grid](*args, **kwargs)
+        device = torch.cuda.current_device()
+        key = (device, tuple(_arg_key(v, c) for v, c in zip(values, self.constexpr)),
+               tuple(kwargs.get(o) for o in _LAUNCH_OPTIONS))
+        kernel = self.compiled.get(key)
+        if kernel is None:  # Triton's own path: compiles when needed, launches
+            self.compiled[key] = self.kernel[grid](*args, **kwargs)
+            return self.compiled[key]
+        grid = tuple(grid) + (1, 1)
+        kernel.run(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(device),
+                   kernel.function, kernel.packed_metadata, None, None, None, *values)
+        return kernel
+
+
+_LAUNCHERS: Dict[object, Launcher] = {}
+
+
+def launch(kernel):
+    """The :class:`Launcher` of ``kernel`` (one per kernel), or the kernel itself when
+    the fast path is off: ``launch(k)[grid](...)`` either way."""
+    if not fast_launch_enabled():
+        return kernel
+    launcher = _LAUNCHERS.get(kernel)
+    if launcher is None:
+        launcher = _LAUNCHERS[kernel] = Launcher(kernel)
+    return launcher

@@ -1,0 +1,40 @@
+"""The fast Triton launcher: its cache key tells apart exactly what Triton compiles
+differently (CPU: the key; CUDA: launches equal Triton's own path)."""
+import pytest
+import torch
+
+pytest.importorskip('triton')
+from mmdinomamba.ops.triton.launch import _arg_key  # noqa: E402
+
+
+def test_key_follows_tritons_specialisation():
+    t = torch.zeros(64)
+    # tensors: dtype and 16-byte alignment (a view 1 float in is 4 bytes off)
+    assert _arg_key(t, False) == _arg_key(torch.ones(8), False)
+    assert _arg_key(t, False) != _arg_key(t[1:], False)
+    assert _arg_key(t, False) != _arg_key(t.double(), False)
+    # integers: == 1, divisible by 16, 32-bit range
+    assert _arg_key(32, False) == _arg_key(48, False)
+    assert len({_arg_key(v, False) for v in (1, 16, 17, 2**31, 2**63)}) == 5
+    assert _arg_key(3, False) == _arg_key(5, False)
+    # constexprs: the value itself
+    assert _arg_key(32, True) != _arg_key(48, True)
+    assert _arg_key(True, False) != _arg_key(False, False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_fast_launch_equals_tritons_path(monkeypatch):
+    from mmdinomamba.ops.triton.launch import _LAUNCHERS
+    from mmdinomamba.ops.triton.norm import add_rms_norm_triton
+    h = torch.randn(4, 50, 96, device='cuda')
+    r = torch.randn(4, 50, 96, device='cuda')
+    w = torch.randn(96, device='cuda')
+    monkeypatch.setenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', '0')
+    slow = add_rms_norm_triton(h, r, w, 1e-5, torch.float32)
+    monkeypatch.setenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1')
+    first = add_rms_norm_triton(h, r, w, 1e-5, torch.float32)  # through Triton, cached
+    sizes = {k: len(v.compiled) for k, v in _LAUNCHERS.items()}
+    fast = add_rms_norm_triton(h, r, w, 1e-5, torch.float32)  # launched directly
+    assert {k: len(v.compiled) for k, v in _LAUNCHERS.items()} == sizes
+    for a, b, c in zip(slow, first, fast):
+        assert torch.equal(a, b) and torch.equal(a, c)
