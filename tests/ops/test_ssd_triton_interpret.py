@@ -34,9 +34,9 @@ def rel(a, b):
 
 torch.manual_seed(0)
 errors = {}
-# one direction, several chunks (3 forward, 2 backward with a short last one), two
+# one direction, several chunks (5 forward, 3 backward with a short last one), two
 # groups, per-channel D, gate z
-L = 70
+L = 150
 x = torch.randn(2, L, 4, 16, requires_grad=True)
 dt = (torch.randn(2, L, 4) * 0.5 - 1).requires_grad_()
 A = (-torch.rand(4) * 3 - 0.5).requires_grad_()
