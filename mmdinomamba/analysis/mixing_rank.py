@@ -45,8 +45,9 @@ from mmengine.logging import print_log
 from mmdinomamba.engine.checkpoint import write_atomic
 
 from .figures import pyplot, save_figure
-from .mixing import (MixerInfo, backbone_layers, capture_mixer_inputs, find_mixer,
-                     mixer_info, mixing_matrices, normalise_layers, ssd_decay_masks)
+from .adapters import as_backbone
+from .mixing import (MixerInfo, capture_mixer_inputs, mixer_info, mixing_matrices,
+                     normalise_layers, ssd_decay_masks)
 from .rank import (block_rank_summary, block_ranks, chunk_sizes, default_rtol,
                    numerical_rank, rank_measures)
 
@@ -357,13 +358,13 @@ def analyse_backbone(backbone: nn.Module, images: Tensor,
                          f'{tuple(images.shape)}')
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f'chunk must be a positive int, got {chunk!r}')
-    blocks = backbone_layers(backbone)
-    indices = normalise_layers(range(len(blocks)) if layers is None else layers,
-                               len(blocks))
+    api = as_backbone(backbone)
+    indices = normalise_layers(range(api.num_layers) if layers is None else layers,
+                               api.num_layers)
     backbone.to(device)
     backbone.eval()  # not chained: some backbones' train() returns None
     # float64 copies of the mixers, made once
-    mixers = {i: copy.deepcopy(find_mixer(blocks[i])).to(dtype) for i in indices}
+    mixers = {i: copy.deepcopy(api.token_mixer(i)).to(dtype) for i in indices}
     infos = {i: mixer_info(m) for i, m in mixers.items()}
     records: List[dict] = []
     spectra_sum: Dict[tuple, Tensor] = {}

@@ -35,7 +35,7 @@ from mmdinomamba.analysis.activation_map_report import (display_images, label_ma
                                                         plot_map_grid,
                                                         preprocess_samples)
 from mmdinomamba.analysis.activation_maps import activation_maps
-from mmdinomamba.analysis.mixing import backbone_layers, normalise_layers
+from mmdinomamba.analysis.mixing import normalise_layers, num_layers
 from mmdinomamba.engine import allow_mmengine_checkpoint_types, dump_atomic
 
 
@@ -98,7 +98,7 @@ def main(argv=None):
                            model.num_heads, model.feature_source)
     labels = [label_map(s) for s in samples]
     aucs = map_aucs(maps, labels, evaluator_cfg)
-    depth = len(backbone_layers(model.backbone))
+    depth = num_layers(model.backbone)
     block = normalise_layers([model.layer], depth)[0] + 1
     grid_path = osp.join(args.out_dir, 'activation_maps.png')
     plot_map_grid(display_images(model, inputs), labels, maps, aucs, grid_path,

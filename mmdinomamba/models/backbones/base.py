@@ -8,7 +8,7 @@ resizing, freezing and layer-wise learning-rate decay.
 """
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -21,19 +21,44 @@ Tensor = torch.Tensor
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
 
 
+READOUT_TYPES = ('cls', 'registers')
+
+
 @dataclass
 class TokenLayout:
     """Where tokens sit in a sequence of ``seqlen`` tokens.
 
+    Positions that are neither readout nor patches are other prefix tokens (e.g.
+    DinoVim's first [CLS] copy at 0, whose readout is the middle copy).
+
     Attributes:
-        readout (Tensor): (n_readout,) positions of the readout tokens ([CLS] or
-            registers); the ``cls_token`` output is their mean.
-        patches (Tensor): (h * w,) positions of the patch tokens in raster order.
+        readout (Tensor): (n_readout,) long, positions of the readout tokens
+            ([CLS] or registers); the ``cls_token`` output is their mean.
+        patches (Tensor): (h * w,) long, positions of the patch tokens in raster
+            order: ``tokens[:, patches].reshape(batch, h, w, dim)`` is the grid.
         hw (tuple): the patch grid (h, w).
+        readout_type (str): 'cls' (one [CLS] token) or 'registers' (the mean of
+            register tokens). Defaults to 'cls'.
     """
     readout: Tensor
     patches: Tensor
     hw: Tuple[int, int]
+    readout_type: str = 'cls'
+
+
+class Intermediates(NamedTuple):
+    """What :meth:`PlainBackbone.forward_intermediates` returns.
+
+    Attributes:
+        features (dict): block index (non-negative, ascending) -> (batch, seqlen,
+            dim), the token sequence after that block (see ``feature_source``).
+        layout (TokenLayout): where the readout and patch tokens sit in it.
+        mixer_inputs (dict): block index -> (batch, seqlen, dim), the input of
+            that block's token mixer (its normed stream); empty unless asked for.
+    """
+    features: Dict[int, Tensor]
+    layout: TokenLayout
+    mixer_inputs: Dict[int, Tensor]
 
 
 def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],
@@ -148,6 +173,7 @@ class PlainBackbone(BaseModule):
     arch_zoo: Dict[str, dict] = {}
     essential_keys: Tuple[str, ...] = ()
     num_pos_prefix: int = 0  # pos_embed slots before the grid ([CLS])
+    feature_sources: Tuple[str, ...] = ('residual', 'normed')  # forward_tokens's
 
     def __init__(self, arch, img_size: Union[int, Tuple[int, int]], patch_size: int,
                  out_indices, out_type: str, final_norm: bool, frozen_stages: int,
@@ -210,6 +236,64 @@ class PlainBackbone(BaseModule):
         tokens, layout = self.embed(x)
         feats = self.forward_tokens(tokens, self.out_indices)
         return tuple(self.format_output(f, layout) for f in feats)
+
+    # ------------------------------------------------------ per-layer analysis API
+    def token_mixer(self, index: int) -> nn.Module:
+        """The token mixer of block ``index`` (it follows
+        :class:`mmdinomamba.models.mixers.TokenMixer`)."""
+        raise NotImplementedError(f'{type(self).__name__} does not say where its '
+                                  'token mixers are: implement token_mixer(index)')
+
+    def forward_intermediates(self,
+                              x: Tensor,
+                              indices: Optional[Union[int, Sequence[int]]] = None,
+                              feature_source: Optional[str] = None,
+                              mixer_inputs: bool = False) -> Intermediates:
+        """Per-block token sequences, their layout and (optionally) mixer inputs.
+
+        The one per-layer API for analysis (activation maps, mixing matrices), in
+        the spirit of timm's ``forward_intermediates``. Runs the blocks up to the
+        last requested one and stops there; ``out_indices``/``out_type`` play no
+        part. Mode and gradients are the caller's (analysis runs it in eval mode
+        under ``torch.no_grad()``).
+
+        Args:
+            x (Tensor): (batch, channels, height, width) images.
+            indices (int | Sequence[int], optional): block indices, negative from
+                the end; an int is one block. None = every block.
+            feature_source (str, optional): one of ``feature_sources`` (what a
+                block's output is, see the class docstring); None = the
+                backbone's own ``feature_source``.
+            mixer_inputs (bool): also return the input of each requested block's
+                token mixer. Defaults to False.
+
+        Returns:
+            Intermediates: ``features`` {block: (batch, seqlen, dim)}, ``layout``
+            (:class:`TokenLayout` for the image's patch grid) and
+            ``mixer_inputs`` {block: (batch, seqlen, dim)} (empty if not asked).
+        """
+        all_blocks = range(self.num_layers)
+        indices = sorted(set(_normalise_indices(all_blocks if indices is None
+                                                else indices, self.num_layers)))
+        if not indices:
+            raise ValueError(f'{type(self).__name__}.forward_intermediates: no '
+                             'block indices given')
+        if feature_source is not None and feature_source not in self.feature_sources:
+            raise ValueError(f'{type(self).__name__}: unknown feature_source '
+                             f'{feature_source!r}; choose one of {self.feature_sources}')
+        tokens, layout = self.embed(x)
+        captured: Dict[int, Tensor] = {}
+        handles = []
+        if mixer_inputs:
+            for i in indices:
+                handles.append(self.token_mixer(i).register_forward_pre_hook(
+                    lambda module, args, i=i: captured.__setitem__(i, args[0])))
+        try:
+            feats = self.forward_tokens(tokens, indices, feature_source)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return Intermediates(dict(zip(indices, feats)), layout, captured)
 
     # ------------------------------------------------------- training utilities
     def _freeze_stages(self):

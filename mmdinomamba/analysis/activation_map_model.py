@@ -14,9 +14,8 @@ from mmengine.model import BaseModel
 from mmengine.registry import MODELS
 from mmengine.structures import BaseDataElement
 
-from mmdinomamba.analysis.activation_maps import (METHODS, activation_maps,
-                                                  feature_sources)
-from mmdinomamba.analysis.mixing import backbone_layers, normalise_layers
+from .activation_maps import METHODS, activation_maps, feature_sources
+from .adapters import as_backbone, normalise_layers
 
 Tensor = torch.Tensor
 
@@ -78,7 +77,7 @@ class ActivationMapModel(BaseModel):
                              f'one of {METHODS}')
         if isinstance(layer, bool) or not isinstance(layer, int):
             raise ValueError(f'ActivationMapModel: layer must be an int, got {layer!r}')
-        normalise_layers([layer], len(backbone_layers(self.backbone)))
+        normalise_layers([layer], as_backbone(self.backbone).num_layers)
         sources = feature_sources(self.backbone)
         if feature_source is not None and feature_source not in sources:
             raise ValueError(f'ActivationMapModel: unknown feature_source '
