@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
+from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
+
 Tensor = torch.Tensor
 
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
@@ -193,6 +195,31 @@ class PlainBackbone(BaseModule):
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         self.patch_resolution = (img_size[0] // patch_size, img_size[1] // patch_size)
         self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
+
+    # ------------------------------------------------------------- initialisation
+    def init_weights(self):
+        """mmengine's initialisation, with a checked ``Pretrained`` load.
+
+        ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=None,
+        map_location='cpu', strict=True)`` loads through
+        :func:`mmdinomamba.models.checkpoint.load_pretrained`: every missing and
+        unexpected key is reported, and a checkpoint that does not cover the
+        backbone fails unless ``strict=False``. Without ``prefix`` the backbone's
+        keys are found as the module docstring there says (a DINO checkpoint's
+        teacher first). A ``pos_embed`` of another grid is resized.
+        """
+        pretrained = pretrained_cfg(self.init_cfg)
+        if pretrained is None or self._is_init:
+            super().init_weights()
+            return
+        cfgs = self.init_cfg if isinstance(self.init_cfg, (list, tuple)) else []
+        saved = self.init_cfg
+        self.init_cfg = [c for c in cfgs if c is not pretrained] or None
+        try:
+            super().init_weights()
+        finally:
+            self.init_cfg = saved
+        load_pretrained(self, pretrained)
 
     # ---------------------------------------------------------------- embedding
     def pos_embed_for(self, hw: Tuple[int, int]) -> Tensor:
