@@ -100,9 +100,9 @@ def select_backbone_state(state: Dict[str, Tensor], backbone: nn.Module,
             return picked, start
     raise ValueError(
         f'{source}: the checkpoint has no {type(backbone).__name__} tensors under '
-        f'any of the prefixes {list(prefixes)}: none of its keys (e.g. '
-        f'{list(state)[:5]}) matches the backbone; check the config, the '
-        'checkpoint or the prefix')
+        f'any of the prefixes {list(prefixes)} (all {len(wanted)} backbone keys '
+        f'missing): none of its keys (e.g. {list(state)[:5]}) matches the '
+        'backbone; check the config, the checkpoint or the prefix')
 
 
 class KeyReport:
