@@ -68,7 +68,8 @@ def checkpoint_state_dict(checkpoint, source: str = 'checkpoint') -> Dict[str, T
         if isinstance(checkpoint.get(name), dict):
             state = checkpoint[name]
             break
-    tensors = {k: v for k, v in state.items() if isinstance(k, str) and torch.is_tensor(v)}
+    tensors = {k: v for k, v in state.items()
+               if isinstance(k, str) and torch.is_tensor(v)}
     if not tensors:
         raise ValueError(f'{source}: no tensors found in the checkpoint (top-level '
                          f'keys: {sorted(map(str, checkpoint))[:10]})')
