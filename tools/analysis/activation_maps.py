@@ -23,20 +23,12 @@ import argparse
 import os.path as osp
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.logging import print_log
-from mmengine.registry import DATASETS, MODELS, init_default_scope
-from mmengine.runner import load_checkpoint
+from mmengine.registry import DATASETS
 
-import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.analysis.activation_map_report import (display_images, label_map,
-                                                        layer_auc, map_aucs,
-                                                        plot_layer_auc,
-                                                        plot_map_grid,
-                                                        preprocess_samples)
-from mmdinomamba.analysis.activation_maps import activation_maps
-from mmdinomamba.analysis.mixing import backbone_layers, normalise_layers
-from mmdinomamba.engine import allow_mmengine_checkpoint_types, dump_atomic
+from mmdinomamba.analysis.activation_map_report import format_layer_auc, write_report
+from mmdinomamba.analysis.loading import load_backbone, load_config
 
 
 def parse_args(argv=None):
@@ -57,6 +49,9 @@ def parse_args(argv=None):
                         help='images per forward pass (default: 8)')
     parser.add_argument('--dpi', type=int, default=100,
                         help='resolution of the grid PNG (default: 100)')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='load a checkpoint that does not cover the backbone '
+                        '(missing keys keep their random init; default: fail)')
     parser.add_argument('--device', help='default: cuda when available, else cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
@@ -71,57 +66,24 @@ def main(argv=None):
                              f'{getattr(args, name)}')
     if args.checkpoint and not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     if cfg.model.get('type') != 'ActivationMapModel':
         raise ValueError(f"{args.config}: model.type must be 'ActivationMapModel' "
                          '(a configs/binary_auc/ config), got '
                          f"{cfg.model.get('type')!r}")
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    model = MODELS.build(cfg.model)
-    if args.checkpoint:
-        allow_mmengine_checkpoint_types()
-        load_checkpoint(model, args.checkpoint, map_location='cpu')
-    else:
-        model.init_weights()
-        print_log('no checkpoint: the model is randomly initialised', logger='current')
+    model = load_backbone(cfg, args.checkpoint, strict=not args.no_strict,
+                          part='model')
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     model.to(device).eval()
     dataset = DATASETS.build(cfg.test_dataloader.dataset)
-    evaluator_cfg = cfg.get('test_evaluator')
-
-    name = type(model.backbone).__name__
-    weights = osp.basename(args.checkpoint) if args.checkpoint else 'random init'
-    inputs, samples = preprocess_samples(model, dataset, args.images)
-    maps = activation_maps(model.backbone, inputs, model.layer, model.method,
-                           model.num_heads, model.feature_source)
-    labels = [label_map(s) for s in samples]
-    aucs = map_aucs(maps, labels, evaluator_cfg)
-    depth = len(backbone_layers(model.backbone))
-    block = normalise_layers([model.layer], depth)[0] + 1
-    grid_path = osp.join(args.out_dir, 'activation_maps.png')
-    plot_map_grid(display_images(model, inputs), labels, maps, aucs, grid_path,
-                  f'{name} ({weights}), block {block} of {depth}, {model.method} '
-                  'maps', evaluator_cfg, dpi=args.dpi)
-
-    indices = list(range(min(args.curve_images, len(dataset))))
-    rows = layer_auc(model, dataset, indices, evaluator_cfg, args.layers,
-                     args.batch_size)
-    curve_path = osp.join(args.out_dir, 'layer_auc.png')
-    plot_layer_auc(rows, curve_path, f'{name} ({weights}), {len(indices)} images, '
-                   f'{model.method} maps')
-    json_path = osp.join(args.out_dir, 'layer_auc.json')
-    dump_atomic(dict(config=args.config, checkpoint=args.checkpoint,
-                     method=model.method, num_images=len(indices), layers=rows,
-                     grid=dict(images=args.images, layer=model.layer,
-                               aucs=aucs.tolist())), json_path)
-    print('block  binary_auc  mean_map_auc  skipped')
-    for row in rows:
-        print(f"{row['layer'] + 1:5d}  {row['binary_auc']:10.4f}  "
-              f"{row['mean_map_auc']:12.4f}  {row['num_skipped']:7d}")
-    print_log(f'wrote {grid_path}, {curve_path}, {json_path}', logger='current')
-    return dict(grid=grid_path, curve=curve_path, json=json_path)
+    paths, rows = write_report(
+        model, dataset, args.out_dir, args.images, args.curve_images, args.layers,
+        args.batch_size, cfg.get('test_evaluator'), args.dpi,
+        osp.basename(args.checkpoint) if args.checkpoint else 'random init',
+        dict(config=args.config, checkpoint=args.checkpoint))
+    print(format_layer_auc(rows))
+    print_log('wrote ' + ', '.join(paths.values()), logger='current')
+    return paths
 
 
 if __name__ == '__main__':
