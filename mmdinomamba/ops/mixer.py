@@ -136,7 +136,14 @@ def mixer_core_ref(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tens
 
 def uses_fused_core(zxbcdt: Tensor, spec: MixerSpec) -> bool:
     """Whether :func:`mixer_core` takes the fused Triton path for this input: CUDA,
-    a Triton dtype, ``d_conv = 4`` and an SSD backend of 'auto' or 'triton'."""
+    a Triton dtype, ``d_conv = 4`` and an SSD backend of 'auto' or 'triton'.
+
+    Under ``torch.compile`` it never does: the kernels are not registered as custom
+    ops, so the compiler traces (and fuses) the PyTorch path instead, which computes
+    the same function without a graph break.
+    """
+    if torch.compiler.is_compiling():
+        return False
     if spec.ssd_backend not in ('auto', 'triton') or spec.d_conv != 4 \
             or not use_triton(zxbcdt):
         return False

@@ -426,7 +426,7 @@ def resolve_backend(backend: str, device: torch.device,
         raise ValueError('ssd: backend "triton" needs CUDA tensors and an '
                          'importable Triton')
     key = (backend, device.type, chosen)
-    if key not in _LOGGED:
+    if key not in _LOGGED and not torch.compiler.is_compiling():  # no graph break
         _LOGGED.add(key)
         print_log(f'SSD backend: requested {backend!r} on {device.type}, '
                   f'using {chosen!r}', logger='current')
