@@ -47,6 +47,12 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
      PRETRAIN),
     ('mmdinomamba.engine.optimizers.PerParamClipAmpOptimWrapper', 'OPTIM_WRAPPERS',
      PRETRAIN),
+    # robustness: ImageNet-Sketch / -A / -R and the ReaL labels of ImageNet val
+    ('mmdinomamba.datasets.robustness.ImageNetSketch', 'DATASETS', PRETRAIN),
+    ('mmdinomamba.datasets.robustness.ImageNetA', 'DATASETS', PRETRAIN),
+    ('mmdinomamba.datasets.robustness.ImageNetR', 'DATASETS', PRETRAIN),
+    ('mmdinomamba.evaluation.subset_accuracy.SubsetAccuracy', 'METRICS', PRETRAIN),
+    ('mmdinomamba.evaluation.real.ReaLAccuracy', 'METRICS', PRETRAIN),
 ]
 
 _DONE: Dict[Tuple[str, str, str], bool] = {}

@@ -1,0 +1,7 @@
+# The LinearViT-B linear probe tested on ImageNet-Sketch.
+_base_ = ['../linear_probe/linearvit-base-p16_4xb128-linear-coslr-100e_in1k.py',
+          '_base_/in-sketch.py']
+test_dataloader = dict(dataset=dict(
+    _delete_=True, **_base_.robustness_dataset,
+    pipeline=_base_.test_dataloader.dataset.pipeline))
+test_evaluator = dict(_delete_=True, **_base_.robustness_evaluator)

@@ -1,0 +1,77 @@
+"""Run the four robustness tests of a linear probe and print the paper's table row.
+
+    python tools/analysis/robustness.py MODEL PROBE_CHECKPOINT
+        [--sets IN-Sketch IN-A IN-R ReaL] [--config-dir configs/robustness]
+        [--work-dir DIR] [--out FILE.json] [--cfg-options k=v ...]
+
+MODEL names the configs ``<config-dir>/<MODEL>_<set>.py`` (e.g. ``dinovim-base-p16``);
+each is run as ``tools/test.py`` runs it, and the table puts the measured row next to
+the paper's numbers when the paper has the backbone. ``--cfg-options`` applies to
+every set. ``--out`` writes the numbers and all metrics as JSON, atomically.
+"""
+import argparse
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+from mmdinomamba.engine import allow_mmengine_checkpoint_types, dump_atomic
+from mmdinomamba.evaluation.robustness import (PAPER_ROBUSTNESS, ROBUSTNESS_SETS,
+                                               format_table, robustness_config,
+                                               robustness_row)
+
+COLUMNS = [spec.column for spec in ROBUSTNESS_SETS]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('model', help='model name, e.g. dinovim-base-p16')
+    parser.add_argument('checkpoint', help='linear-probe checkpoint')
+    parser.add_argument('--sets', nargs='+', choices=COLUMNS, default=COLUMNS,
+                        help='columns to run (default: all four)')
+    parser.add_argument('--config-dir', default='configs/robustness',
+                        help='folder of the <model>_<set>.py configs')
+    parser.add_argument('--work-dir', help='logs go to WORK_DIR/<set>; default '
+                        'work_dirs/robustness/<model>')
+    parser.add_argument('--out', help='write the row and the metrics to this JSON')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override settings of every config, key=value')
+    return parser.parse_args(argv)
+
+
+def run_set(config: str, checkpoint: str, work_dir: str, cfg_options=None) -> dict:
+    """``Runner.test()`` of one config with the probe checkpoint; its metrics."""
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    cfg.work_dir = work_dir
+    cfg.load_from = checkpoint
+    return Runner.from_cfg(cfg).test()
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if not osp.isfile(args.checkpoint):
+        raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
+    work_dir = args.work_dir or osp.join('work_dirs', 'robustness', args.model)
+    configs = {spec.column: robustness_config(args.config_dir, args.model, spec.suffix)
+               for spec in ROBUSTNESS_SETS if spec.column in args.sets}
+    allow_mmengine_checkpoint_types()
+    metrics = {column: run_set(config, args.checkpoint, osp.join(work_dir, column),
+                               args.cfg_options)
+               for column, config in configs.items()}
+    row = robustness_row([metrics.get(column) for column in COLUMNS])
+    excluded = metrics['ReaL']['real/excluded'] if 'ReaL' in metrics else None
+    print(format_table(args.model, row, excluded))
+    result = dict(model=args.model, checkpoint=args.checkpoint,
+                  columns=COLUMNS, row=row, paper=PAPER_ROBUSTNESS.get(args.model),
+                  metrics=metrics)
+    if args.out:
+        dump_atomic(result, args.out)
+        print(f'written to {args.out}')
+    return result
+
+
+if __name__ == '__main__':
+    main()
