@@ -81,19 +81,19 @@ class DINOLoss(BaseModule):
             raise ValueError(f'DINOLoss: student {tuple(student_logits.shape)} and '
                              f'teacher {tuple(teacher_logits.shape)} logits do not '
                              f'match each other or K={self.center.shape[1]}')
-        # pairs (t, v) with v != t; needs at least one
-        keep = torch.ones(num_t, num_v, dtype=torch.bool, device=student_logits.device)
-        diag = torch.arange(min(num_t, num_v))
-        keep[diag, diag] = False
-        if not keep.any():
+        # pairs (t, v) with v != t; needs at least one (known from the shapes: no
+        # read from the device)
+        pairs = num_t * num_v - min(num_t, num_v)
+        if pairs == 0:
             raise ValueError('DINOLoss: one global view and one student view give no '
                              'pair of different views')
+        keep = ~torch.eye(num_t, num_v, dtype=torch.bool, device=student_logits.device)
 
         teacher_logits = teacher_logits.detach().float()
         q = F.softmax((teacher_logits - self.center) / self.teacher_temp, dim=-1)
         log_p = F.log_softmax(student_logits.float() / self.student_temp, dim=-1)
         cross = -torch.einsum('tbk,vbk->tv', q, log_p) / batch  # H(t, v)
-        loss = cross[keep].mean()
+        loss = torch.where(keep, cross, 0.).sum() / pairs  # the mean over the pairs
         self.update_center(teacher_logits)
         return loss
 
