@@ -10,6 +10,16 @@ _base_ = [
     'mmdet::_base_/default_runtime.py',
 ]
 
+# The dataset (COCO 2017's layout: train2017/, val2017/ and
+# annotations/instances_{train,val}2017.json) is read from $DATA_ROOT, default
+# data/coco:   DATA_ROOT=/path/to/coco python tools/train.py CONFIG
+data_root = '{{$DATA_ROOT:data/coco}}'.rstrip('/') + '/'
+train_dataloader = dict(dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = dict(dataset=dict(data_root=data_root))
+val_evaluator = dict(ann_file=data_root + _base_.val_dataloader.dataset.ann_file)
+test_evaluator = dict(ann_file=data_root + _base_.test_dataloader.dataset.ann_file)
+
 # 8 GPUs x 2 images = 16 = auto_scale_lr.base_batch_size (from schedule_1x)
 optim_wrapper = dict(
     _delete_=True,

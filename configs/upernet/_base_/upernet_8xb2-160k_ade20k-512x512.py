@@ -10,8 +10,14 @@ _base_ = [
     'mmseg::_base_/schedules/schedule_160k.py',
 ]
 
+# The dataset (ADEChallengeData2016's layout: images/ and annotations/, each with
+# training/ and validation/) is read from $DATA_ROOT, default data/ade/...:
+#   DATA_ROOT=/path/to/ADEChallengeData2016 python tools/train.py CONFIG
+data_root = '{{$DATA_ROOT:data/ade/ADEChallengeData2016}}'
 # 8 GPUs x 2 images = 16 = auto_scale_lr.base_batch_size
-train_dataloader = dict(batch_size=2)
+train_dataloader = dict(batch_size=2, dataset=dict(data_root=data_root))
+val_dataloader = dict(dataset=dict(data_root=data_root))
+test_dataloader = dict(dataset=dict(data_root=data_root))
 auto_scale_lr = dict(enable=False, base_batch_size=16)
 
 optim_wrapper = dict(
