@@ -19,7 +19,7 @@ import runpy
 import socket
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import pytest
 import torch
@@ -88,8 +88,9 @@ def seg_options() -> Dict[str, object]:
             **loaders()}
 
 
-def det_options() -> Dict[str, object]:
-    """Cascade Mask R-CNN at 64 px (train) / 72 px (test) with 2 classes."""
+def det_options(stages: Sequence[str] = ('.0', '.1', '.2')) -> Dict[str, object]:
+    """An mmdet two-stage detector at 64 px (train) / 72 px (test) with 2 classes;
+    ``stages``: the suffixes of its bbox heads (Cascade: 3, Mask R-CNN: one, '')."""
     classes = tuple(toy_class_names(NUM_CLASSES))
     opts = {**tiny_backbone(),
             'model.neck.0.embed_dim': WIDTH,
@@ -115,11 +116,11 @@ def det_options() -> Dict[str, object]:
             **{f'{loader}.dataset.metainfo.classes': classes
                for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')},
             **loaders()}
-    for stage in range(3):
-        opts.update({f'model.roi_head.bbox_head.{stage}.num_classes': NUM_CLASSES,
-                     f'model.roi_head.bbox_head.{stage}.in_channels': WIDTH,
-                     f'model.roi_head.bbox_head.{stage}.fc_out_channels': 2 * WIDTH,
-                     f'model.train_cfg.rcnn.{stage}.sampler.num': 32})
+    for stage in stages:
+        opts.update({f'model.roi_head.bbox_head{stage}.num_classes': NUM_CLASSES,
+                     f'model.roi_head.bbox_head{stage}.in_channels': WIDTH,
+                     f'model.roi_head.bbox_head{stage}.fc_out_channels': 2 * WIDTH,
+                     f'model.train_cfg.rcnn{stage}.sampler.num': 32})
     return opts
 
 
@@ -261,34 +262,13 @@ def test_segformer_example_trains(data, tmp_path, monkeypatch):
 
 def test_mask_rcnn_example_trains(data, tmp_path, monkeypatch):
     """mmdet's Mask R-CNN R-50 1x recipe with DinoVim-T (docs/examples/)."""
-    classes = tuple(toy_class_names(NUM_CLASSES))
-    options = {**tiny_backbone(),
-               'model.neck.0.embed_dim': WIDTH,
-               'model.neck.1.in_channels': [WIDTH] * 4,
-               'model.neck.1.out_channels': WIDTH,
-               'model.rpn_head.in_channels': WIDTH,
-               'model.rpn_head.feat_channels': WIDTH,
-               'model.roi_head.bbox_roi_extractor.out_channels': WIDTH,
-               'model.roi_head.mask_roi_extractor.out_channels': WIDTH,
-               'model.roi_head.bbox_head.in_channels': WIDTH,
-               'model.roi_head.bbox_head.fc_out_channels': 2 * WIDTH,
-               'model.roi_head.bbox_head.num_classes': NUM_CLASSES,
-               'model.roi_head.mask_head.in_channels': WIDTH,
-               'model.roi_head.mask_head.conv_out_channels': WIDTH,
-               'model.roi_head.mask_head.num_classes': NUM_CLASSES,
-               'model.train_cfg.rpn.sampler.num': 32,
-               'model.train_cfg.rcnn.sampler.num': 32,
-               'model.test_cfg.rcnn.score_thr': 0.0,
-               'train_dataloader.dataset.pipeline.2.scale': (107, 64),
-               'val_dataloader.dataset.pipeline.1.scale': (120, 72),
-               'val_evaluator.ann_file': osp.join(data['coco'], 'annotations',
-                                                  'instances_val2017.json'),
-               'train_dataloader.dataset.metainfo.classes': classes,
-               'val_dataloader.dataset.metainfo.classes': classes,
+    coco = data['coco']
+    options = {**det_options(stages=['']),
+               'val_evaluator.ann_file': f'{coco}/annotations/instances_val2017.json',
                'train_cfg.max_epochs': 1, 'default_hooks.checkpoint': None,
-               **upstream_data(data['coco'] + '/', dict(train_dataloader='train2017',
-                                                        val_dataloader='val2017')),
-               **loaders()}
+               **upstream_data(coco + '/', dict(train_dataloader='train2017',
+                                                val_dataloader='val2017',
+                                                test_dataloader='val2017'))}
     from mmengine.runner import Runner
     runs = []
     monkeypatch.setattr(Runner, 'train', _record(Runner.train, runs))
