@@ -5,8 +5,11 @@ what they merge to. ``merged_snapshots/<folder>__<name>.json`` holds, for each
 leaf config (every ``configs/**/*.py`` outside a ``_base_`` folder), its
 ``Config.fromfile(...).to_dict()`` with tuples kept apart from lists, written
 before the configs were restructured into fragments. A change to any merged
-value fails here; a deliberate change rewrites the snapshot (``--update``-style:
-run this file's ``write_snapshots`` and review the diff).
+value fails here. A deliberate change (a new config, a changed default) rewrites
+the snapshots, then the diff is reviewed::
+
+    PYTHONPATH=.:tests/configs python -c "import test_merged_configs as t; \
+        t.write_snapshots(t.SNAPSHOTS)"
 
 One documented difference: the layer-decay configs now give the rate once per
 recipe (``layer_decay_rate`` per block of a 12-block backbone plus
@@ -17,8 +20,8 @@ channels wide (the lr of a parameter depends on its layer and the depth only)
 and every parameter group's lr must equal the lr of its layer recorded by the
 old code in ``merged_snapshots/layer_decay_lrs.json``. Both sides compute
 ``lr * rate ** k`` from the same floats (``0.65 ** (12 / 24)`` is the same
-operation as ``0.65 ** (12 / 24)`` inside the constructor), so they must agree
-exactly.
+operation inside the constructor, and ``0.65 ** (12 / 12)`` is 0.65), so they
+must agree exactly.
 """
 import copy
 import functools
@@ -129,6 +132,8 @@ def layer_decay_lrs(path: str) -> Optional[List[float]]:
 
 def write_snapshots(out_dir: str, config_root: str = CONFIGS) -> None:
     """Write the snapshots of every leaf config under ``config_root``."""
+    if 'DATA_ROOT' in os.environ:
+        raise ValueError('unset DATA_ROOT first: the snapshots hold the default roots')
     os.makedirs(out_dir, exist_ok=True)
     lrs = {}
     for path in leaf_configs(config_root):
