@@ -15,8 +15,10 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import allow_mmengine_checkpoint_types, setup_cpu_distributed
+from mmdinomamba.engine import (allow_mmengine_checkpoint_types,
+                                check_pretrained_checkpoints, setup_cpu_distributed)
 
+CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 # --amp: each optimizer wrapper and its mixed-precision twin
 AMP_WRAPPERS = {'OptimWrapper': 'AmpOptimWrapper',
                 'PerParamClipOptimWrapper': 'PerParamClipAmpOptimWrapper'}
@@ -85,6 +87,7 @@ def merge_args(cfg: Config, args) -> Config:
 def main():
     args = parse_args()
     cfg = merge_args(Config.fromfile(args.config), args)
+    check_pretrained_checkpoints(cfg, CONFIG_ROOT)  # name the command that makes it
     allow_mmengine_checkpoint_types()
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)

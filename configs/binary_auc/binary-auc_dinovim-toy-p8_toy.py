@@ -8,12 +8,10 @@ _base_ = [
 ]
 
 image_size = 64
+# the ImageNet-S pipeline at 64 px
 test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=(image_size, image_size), interpolation='bicubic',
-         backend='pillow'),
-    dict(type='LoadRGBLabelMap'),
-    dict(type='PackInputs', algorithm_keys=['gt_seg_map']),
+    dict(t, scale=(image_size, image_size)) if t.type == 'Resize' else dict(t)
+    for t in _base_.test_pipeline
 ]
 test_dataloader = dict(
     batch_size=8,

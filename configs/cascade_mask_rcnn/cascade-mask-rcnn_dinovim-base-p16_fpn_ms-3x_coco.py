@@ -1,18 +1,6 @@
-# Cascade Mask R-CNN, 3x schedule, multi-scale training, with a DINO-pretrained
-# DinoVim-B (24 bidirectional Mamba-2 blocks, 768 wide).
-_base_ = './_base_/cascade-mask-rcnn_plain-p16_fpn_ms-3x_coco.py'
-
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='DinoVim',
-        arch='base',
-        out_type='featmap',
-        out_indices=[5, 11, 17, 23],
-        drop_path_rate=0.1,
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='checkpoints/dinovim-base-p16_dino-in1k.pth')))
-
-# twice as many blocks as ViT-B: the same total decay from the head to the embeddings
-optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=0.7**(12 / 24)))
+# Cascade Mask R-CNN on COCO, 3x schedule, multi-scale training, 8 GPUs x 2 images, with a
+# DINO-pretrained DinoVim-B (24 bidirectional Mamba-2 blocks, 768 wide).
+_base_ = [
+    './_base_/models/cascade-mask-rcnn_dinovim-base-p16_fpn.py',
+    './_base_/cascade-mask-rcnn_ms-3x_coco.py',
+]

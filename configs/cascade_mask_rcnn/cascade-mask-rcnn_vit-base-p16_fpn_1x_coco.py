@@ -1,16 +1,6 @@
-# Cascade Mask R-CNN, 1x schedule, with a DINO-pretrained
-# ViT-B/16 (mmpretrain's VisionTransformer, softmax attention).
-_base_ = './_base_/cascade-mask-rcnn_plain-p16_fpn_1x_coco.py'
-
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='mmpretrain.VisionTransformer',
-        arch='base',
-        patch_size=16,
-        out_type='featmap',
-        out_indices=[2, 5, 8, 11],
-        drop_path_rate=0.1,
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='checkpoints/vit-base-p16_dino-in1k.pth')))
+# Cascade Mask R-CNN on COCO, 1x schedule, 8 GPUs x 2 images, with a
+# DINO-pretrained ViT-B/16 (mmpretrain's VisionTransformer, softmax attention).
+_base_ = [
+    './_base_/models/cascade-mask-rcnn_vit-base-p16_fpn.py',
+    './_base_/cascade-mask-rcnn_1x_coco.py',
+]

@@ -22,10 +22,10 @@ model = dict(
     loss=dict(out_channels=out_channels),
     teacher_momentum=0.96)
 
+# the multi-crop pipeline with 64 px global and 4 local 32 px crops
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='DINOMultiCrop', global_size=64, local_size=32, num_local_views=4),
-    dict(type='PackInputs'),
+    dict(t, global_size=64, local_size=32, num_local_views=4)
+    if t.type == 'DINOMultiCrop' else dict(t) for t in _base_.train_pipeline
 ]
 train_dataloader = dict(
     batch_size=8,

@@ -2,12 +2,6 @@
 # linear-attention baseline. Paper: linear probe 74.7.
 _base_ = './dino_dinovim-base-p16_4xb48-amp-100e_in1k.py'
 
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='LinearViT',
-        arch='base',
-        img_size=224,
-        patch_size=16,
-        out_type='cls_token',
-        drop_path_rate=0.1))
+# DinoVim-B's backbone settings (base, 224 px, patch 16, [CLS] output, drop path
+# 0.1) with linear attention
+model = dict(backbone=dict(type='LinearViT'))

@@ -1,21 +1,6 @@
-# UperNet + DINO-pretrained DinoVim-T (24 bidirectional Mamba-2 blocks, 256 wide).
-_base_ = './_base_/upernet_plain-p16_8xb2-160k_ade20k-512x512.py'
-
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='DinoVim',
-        arch='tiny',
-        img_size=512,
-        out_type='featmap',
-        out_indices=[5, 11, 17, 23],
-        drop_path_rate=0.1,
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='checkpoints/dinovim-tiny-p16_dino-in1k.pth')),
-    neck=dict(embed_dim=256),
-    decode_head=dict(in_channels=[256, 256, 256, 256]),
-    auxiliary_head=dict(in_channels=256))
-
-# twice as many blocks as ViT-B: the same total decay from the head to the embeddings
-optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=0.65**(12 / 24)))
+# UperNet on ADE20K (512 x 512, 160k iterations, 8 GPUs x 2 images) with a
+# DINO-pretrained DinoVim-T (24 bidirectional Mamba-2 blocks, 256 wide).
+_base_ = [
+    './_base_/models/upernet_dinovim-tiny-p16.py',
+    './_base_/upernet_8xb2-160k_ade20k-512x512.py',
+]

@@ -1,15 +1,6 @@
-# UperNet + DINO-pretrained LinearViT-B (ViT-B with linear attention, 12 blocks).
-_base_ = './_base_/upernet_plain-p16_8xb2-160k_ade20k-512x512.py'
-
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='LinearViT',
-        arch='base',
-        img_size=512,
-        out_type='featmap',
-        out_indices=[2, 5, 8, 11],
-        drop_path_rate=0.1,
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='checkpoints/linearvit-base-p16_dino-in1k.pth')))
+# UperNet on ADE20K (512 x 512, 160k iterations, 8 GPUs x 2 images) with a
+# DINO-pretrained LinearViT-B (ViT-B with linear attention, 12 blocks).
+_base_ = [
+    './_base_/models/upernet_linearvit-base-p16.py',
+    './_base_/upernet_8xb2-160k_ade20k-512x512.py',
+]

@@ -5,13 +5,19 @@ creates the process group ("Found no NVIDIA driver"), and its default DDP wrappe
 passes ``device_ids=[LOCAL_RANK]``, which torch refuses for CPU modules. The
 Runner skips its own initialisation when a process group already exists and takes
 the wrapper's arguments from ``model_wrapper_cfg``, so both are set up here.
+torch's DDP also refuses SyncBN layers in CPU modules ("SyncBatchNorm layers only
+work with GPU modules"; mmseg's heads and ``Feature2Pyramid`` use them), so the
+wrapper here turns them into BN first: each process then normalises with its own
+batch statistics, as mmengine does on one device.
 """
 import os
 
 import torch
 import torch.distributed as torch_dist
+import torch.nn as nn
 from mmengine.config import Config
 from mmengine.logging import print_log
+from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
@@ -20,11 +26,13 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by
     torchrun). Does nothing for other launchers, when CUDA is available or when a
     process group exists already. A configured backend other than gloo (e.g. the
-    GPU configs' nccl) is replaced by gloo, the CPU backend.
+    GPU configs' nccl) is replaced by gloo, the CPU backend, and the wrapper
+    is :class:`CPUDistributedDataParallel` (SyncBN -> BN).
 
     Args:
         cfg (Config): the training config; ``model_wrapper_cfg`` gets
-            ``device_ids=None`` unless it sets them.
+            ``device_ids=None`` and the type ``CPUDistributedDataParallel``
+            unless it sets them.
 
     Returns:
         bool: whether a process group was created.
@@ -42,9 +50,28 @@ def setup_cpu_distributed(cfg: Config) -> bool:
                   logger='current')
     torch_dist.init_process_group(backend='gloo', rank=int(os.environ['RANK']),
                                   world_size=int(os.environ['WORLD_SIZE']))
-    wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,
+    # by import path: mmengine's Runner looks wrappers up in its root registry
+    wrapper = dict(type='mmdinomamba.engine.CPUDistributedDataParallel',
+                   broadcast_buffers=False,
                    find_unused_parameters=cfg.get('find_unused_parameters', False))
     wrapper.update(cfg.get('model_wrapper_cfg') or {})
     wrapper.setdefault('device_ids', None)
     cfg.model_wrapper_cfg = wrapper
     return True
+
+
+class CPUDistributedDataParallel(MMDistributedDataParallel):
+    """mmengine's DDP wrapper for CPU modules: SyncBN layers become BN first.
+
+    Args:
+        module (nn.Module): the model; its SyncBN layers are replaced (logged).
+        **kwargs: the arguments of ``MMDistributedDataParallel``.
+    """
+
+    def __init__(self, module: nn.Module, **kwargs):
+        count = sum(isinstance(m, nn.SyncBatchNorm) for m in module.modules())
+        if count:
+            module = revert_sync_batchnorm(module)
+            print_log(f'no CUDA: {count} SyncBN layers -> BN (each process uses its '
+                      f'own batch statistics)', logger='current')
+        super().__init__(module=module, **kwargs)

@@ -147,6 +147,8 @@ def test_optimizer_default_weight_decay_is_kept():
     (dict(), 'layer_decay_rate'),
     (dict(layer_decay_rate=1.5), 'layer_decay_rate'),
     (dict(layer_decay_rate=0.65, num_layers=12), 'unknown paramwise_cfg keys'),
+    (dict(layer_decay_rate=0.65, reference_num_layers=0), 'reference_num_layers'),
+    (dict(layer_decay_rate=0.65, reference_num_layers=12.0), 'reference_num_layers'),
 ])
 def test_bad_paramwise_cfg(paramwise_cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -158,3 +160,47 @@ def test_model_without_layer_depth():
     model = Segmentor(nn.Conv2d(3, 32, 3), 32)
     with pytest.raises(ValueError, match='get_layer_depth'):
         build_groups(model)
+
+
+@pytest.mark.parametrize('depth', [2, 3, 6])
+def test_rate_is_normalised_by_depth(depth):
+    """With reference_num_layers=R a backbone of n blocks decays by
+    rate ** (R / n) per layer: closed form per parameter, and the lr ratio from
+    the last block to the embeddings is rate ** R at every depth."""
+    reference = 4
+    backbone = DinoVim(arch=dict(embed_dims=32, num_layers=depth),
+                       mixer_cfg=dict(d_state=16, headdim=16))
+    groups = build_groups(Segmentor(backbone, 32),
+                          dict(layer_decay_rate=RATE, reference_num_layers=reference))
+    per_layer = RATE ** (reference / depth)
+    lr_of = {}
+    for group in groups:
+        for name in group['param_names']:
+            expected = BASE_LR * per_layer ** (depth + 1 - reference_layer(name, depth))
+            assert math.isclose(group['lr'], expected, rel_tol=1e-12), name
+            lr_of[name] = group['lr']
+    last_block = lr_of[f'backbone.layers.{depth - 1}.mixer.in_proj.weight']
+    assert math.isclose(lr_of['backbone.pos_embed'] / last_block, RATE ** reference,
+                        rel_tol=1e-12)
+
+
+def test_first_group_has_the_base_lr():
+    """mmengine logs the first group's lr as `lr`: that must be the base lr (the
+    head's), not the embeddings' (the smallest)."""
+    from mmengine.hooks import RuntimeInfoHook
+    from mmengine.logging import MessageHub
+
+    model = Segmentor(tiny_dinovim(), 32)
+    constructor = LayerDecayOptimWrapperConstructor(
+        dict(optimizer=dict(type='AdamW', lr=BASE_LR)), dict(layer_decay_rate=RATE))
+    wrapper = constructor(model)
+    scales = [g['lr_scale'] for g in wrapper.optimizer.param_groups]
+    assert scales == sorted(scales, reverse=True) and scales[0] == 1.0
+
+    class FakeRunner:
+        optim_wrapper = wrapper
+        message_hub = MessageHub.get_instance('layer-decay-lr-log')
+        iter = 0
+
+    RuntimeInfoHook().before_train_iter(FakeRunner(), 0)
+    assert FakeRunner.message_hub.get_scalar('train/lr').current() == BASE_LR

@@ -15,12 +15,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
+from mmengine.registry import DefaultScope
 
 from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
 
 Tensor = torch.Tensor
 
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
+DENSE_SCOPES = ('mmseg', 'mmdet')  # default scopes whose models need feature maps
 
 
 READOUT_TYPES = ('cls', 'registers')
@@ -158,6 +160,23 @@ def _normalise_indices(indices: Union[int, Sequence[int]], depth: int) -> List[i
     return out
 
 
+def _check_dense_out_type(backbone: nn.Module) -> None:
+    """First forward inside an mmseg / mmdet run: a vector ``out_type`` is a mistake.
+
+    Segmentation and detection necks and heads index feature maps; (batch, dim)
+    outputs fail deep inside them (``IndexError: tuple index out of range``).
+    """
+    scope = DefaultScope.get_current_instance()
+    if scope is not None and scope.scope_name in DENSE_SCOPES \
+            and backbone.out_type in ('cls_token', 'avg_featmap'):
+        raise ValueError(
+            f'{type(backbone).__name__}: out_type={backbone.out_type!r} gives (batch, '
+            f'dim) vectors, but this is an {scope.scope_name} model, whose necks and '
+            f"heads need feature maps: set out_type='featmap' and out_indices (one "
+            f'map per index, e.g. [5, 11, 17, 23] for 24 blocks); see '
+            f'docs/dense_prediction.md')
+
+
 class PlainBackbone(BaseModule):
     """Base class: output formatting, position embeddings, freezing, lr decay.
 
@@ -199,8 +218,13 @@ class PlainBackbone(BaseModule):
         self.frozen_stages = frozen_stages
         self.patch_size = patch_size
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        if min(img_size) < patch_size:
+            raise ValueError(f'{type(self).__name__}: img_size {img_size} is smaller than '
+                             f'patch_size {patch_size}: the position embedding needs '
+                             f'at least one patch per side')
         self.patch_resolution = (img_size[0] // patch_size, img_size[1] // patch_size)
         self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
+        self._consumer_checked = False
 
     # ------------------------------------------------------------- initialisation
     def init_weights(self):
@@ -266,6 +290,9 @@ class PlainBackbone(BaseModule):
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Args: x (Tensor): (batch, 3, H, W). Returns: one output per ``out_indices``."""
+        if not self._consumer_checked:
+            _check_dense_out_type(self)
+            self._consumer_checked = True
         tokens, layout = self.embed(x)
         feats = self.forward_tokens(tokens, self.out_indices)
         return tuple(self.format_output(f, layout) for f in feats)

@@ -1,7 +1,7 @@
 # The 1x recipe trained 3x as long (36 epochs, lr steps at 27 and 33) with
 # multi-scale training: shorter side drawn from [640, 800], as mmdet's
 # common/ms_3x_coco-instance.py.
-_base_ = './cascade-mask-rcnn_plain-p16_fpn_1x_coco.py'
+_base_ = './cascade-mask-rcnn_1x_coco.py'
 
 train_pipeline = [
     dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
