@@ -11,7 +11,8 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import allow_mmengine_checkpoint_types, setup_cpu_distributed
+from mmdinomamba.engine import (allow_mmengine_checkpoint_types, setup_cpu_distributed,
+                                setup_cpu_threads)
 
 
 def parse_args():
@@ -46,6 +47,7 @@ def main():
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
     allow_mmengine_checkpoint_types()
+    setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)
     metrics = runner.test()

@@ -16,7 +16,8 @@ from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types,
-                                check_pretrained_checkpoints, setup_cpu_distributed)
+                                check_pretrained_checkpoints, setup_cpu_distributed,
+                                setup_cpu_threads)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 # --amp: each optimizer wrapper and its mixed-precision twin
@@ -89,6 +90,7 @@ def main():
     cfg = merge_args(Config.fromfile(args.config), args)
     check_pretrained_checkpoints(cfg, CONFIG_ROOT)  # name the command that makes it
     allow_mmengine_checkpoint_types()
+    setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)
     runner.train()

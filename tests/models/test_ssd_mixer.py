@@ -125,3 +125,21 @@ def test_backward_runs_and_reaches_both_directions():
     for name in ('A_log', 'A_log_b', 'D_b', 'dt_b_bias', 'conv1d_b.weight'):
         grad = mixer.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_auto_chunk_is_the_same_function():
+    """chunk_size='auto' (one chunk up to 128 tokens, else 64) computes what any
+    fixed chunk computes, in float64 to rounding; a bad chunk size is refused."""
+    from mmdinomamba.ops.mixer import auto_chunk_size
+    assert [auto_chunk_size(n) for n in (1, 66, 128, 129, 258)] == [1, 66, 128, 64, 64]
+    torch.manual_seed(0)
+    auto = SSDMixer(DIM, d_state=8, headdim=8).double()
+    assert auto.chunk_size == 'auto'
+    fixed = SSDMixer(DIM, d_state=8, headdim=8, chunk_size=7).double()
+    fixed.load_state_dict(auto.state_dict())
+    for seqlen in (5, 150):
+        u = torch.randn(2, seqlen, DIM, dtype=torch.float64)
+        torch.testing.assert_close(auto(u), fixed(u), rtol=1e-10, atol=1e-12)
+    for bad in (0, -4, 'big', 2.5):
+        with pytest.raises(ValueError, match='chunk_size'):
+            SSDMixer(DIM, d_state=8, headdim=8, chunk_size=bad)

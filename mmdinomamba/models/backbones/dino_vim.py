@@ -96,7 +96,7 @@ class DinoVim(PlainBackbone):
     essential_keys = ('embed_dims', 'num_layers')
     feature_sources = FEATURE_SOURCES
     default_mixer_cfg = dict(d_state=64, d_conv=4, expand=2, headdim=64, ngroups=1,
-                             chunk_size=256, bidirectional=True, ssd_backend='auto')
+                             chunk_size='auto', bidirectional=True, ssd_backend='auto')
 
     def __init__(self,
                  arch: Union[str, dict] = 'base',

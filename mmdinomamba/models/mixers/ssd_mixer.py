@@ -1,6 +1,6 @@
 """The Mamba-2 (SSD) token mixer, causal or bidirectional ("bimamba v2")."""
 import math
-from typing import Dict, Tuple
+from typing import Dict, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -55,7 +55,9 @@ class SSDMixer(nn.Module):
         dt_init_floor (float): lower clamp of the initial dt. Defaults to 1e-4.
         bias (bool): bias in the projections. Defaults to False.
         conv_bias (bool): bias in the conv. Defaults to True.
-        chunk_size (int): SSD chunk size. Defaults to 256.
+        chunk_size (int | str): chunk of the PyTorch scan, or 'auto' (the whole
+            sequence up to 128 tokens, else 64: :func:`mmdinomamba.ops.mixer.auto_chunk_size`).
+            It changes no weight, and no result beyond rounding. Defaults to 'auto'.
         bidirectional (bool): add the backward direction. Defaults to True.
         ssd_backend (str): see :data:`mmdinomamba.ops.BACKENDS`. Defaults to 'auto'.
         norm_eps (float): eps of the gated RMSNorm. Defaults to 1e-5.
@@ -74,7 +76,7 @@ class SSDMixer(nn.Module):
                  dt_init_floor: float = 1e-4,
                  bias: bool = False,
                  conv_bias: bool = True,
-                 chunk_size: int = 256,
+                 chunk_size: Union[int, str] = 'auto',
                  bidirectional: bool = True,
                  ssd_backend: str = 'auto',
                  norm_eps: float = 1e-5,
@@ -94,6 +96,9 @@ class SSDMixer(nn.Module):
         if ssd_backend not in BACKENDS:
             raise ValueError(f'SSDMixer: unknown ssd_backend {ssd_backend!r}; '
                              f'choose one of {BACKENDS}')
+        if chunk_size != 'auto' and not (isinstance(chunk_size, int) and chunk_size > 0):
+            raise ValueError(f"SSDMixer: chunk_size must be a positive int or 'auto', "
+                             f'got {chunk_size!r}')
         if A_init_range[0] <= 0 or A_init_range[1] < A_init_range[0]:
             raise ValueError(f'SSDMixer: A_init_range must be 0 < low <= high, '
                              f'got {A_init_range}')
