@@ -25,11 +25,8 @@ Tensor = torch.Tensor
 # Tokens walked by one program (forward, backward) and channels it owns (two per
 # thread). Both kernels take their steps in groups of four whose rows are loaded
 # together (a program that waits on one row at a time is bound by the latency of
-# its loads). Measured on an H200 (bf16, DinoVim-B's 1664 channels, batch 128 x 198
-# tokens): forward 0.111 ms one row at a time, 0.094 / 0.092 / 0.096 ms in groups
-# with 16 / 32 / 64 tokens; backward 0.303 ms one row at a time (64 tokens), 0.300
-# / 0.244 / 0.216 ms in groups with 32 / 64 / 128 tokens (at 4 x 4098: 0.218, and
-# 0.190 / 0.161 / 0.156). 4 warps or 256 channels were slower in every case.
+# its loads). The sizes were chosen by measurement: docs/benchmark.md, "Kernel
+# tuning".
 FWD_BLOCK_T = 32
 BWD_BLOCK_T = 128
 BLOCK_C = 128

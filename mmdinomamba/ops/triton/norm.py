@@ -25,12 +25,8 @@ Tensor = torch.Tensor
 # Rows per program of the backward kernels (each program also writes a partial
 # weight gradient), and rows whose loads are in flight at once (Triton's loop
 # pipelining; one row at a time leaves the gated-norm backward bound by the latency
-# of its loads). Measured on an H200 at DinoVim-B's 128 x 198 tokens, bf16: gated
-# norm 0.33 / 0.28 / 0.27 / 0.28 ms with 64 / 32 / 16 / 8 rows one at a time; with
-# 16 rows 0.252 / 0.201 / 0.198 ms with 2 / 3 / 4 stages (at 4 x 4098: 0.195 ->
-# 0.137 ms with 3); add + norm 0.17 / 0.14 / 0.18 ms with 64 / 32 / 16 rows. The
-# gated-norm forward keeps one row a program: 0.105 ms, and 0.140-0.158 ms with 2
-# to 16 pipelined rows.
+# of its loads); the gated-norm forward keeps one row a program. Chosen by
+# measurement: docs/benchmark.md, "Kernel tuning".
 GATED_NORM_ROWS = 16
 GATED_NORM_STAGES = 3
 ADD_NORM_ROWS = 32
