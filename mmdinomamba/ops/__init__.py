@@ -6,12 +6,13 @@ only on demand (:mod:`mmdinomamba.ops.fused` dispatches).
 from .fused import add_rms_norm, triton_available, use_triton
 from .conv import causal_depthwise_conv1d
 from .norm import RMSNorm, gated_rms_norm, rms_norm
-from .ssd import (BACKENDS, check_ssd_inputs, discretize_dt, mamba_ssm_available,
-                  resolve_backend, segsum, ssd, ssd_chunked, ssd_decay_mask,
+from .ssd import (BACKENDS, check_finite, check_ssd_inputs, discretize_dt,
+                  mamba_ssm_available, resolve_backend, segsum, ssd, ssd_chunked, ssd_decay_mask,
                   ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 
 __all__ = [
-    'BACKENDS', 'RMSNorm', 'causal_depthwise_conv1d', 'add_rms_norm', 'check_ssd_inputs', 'discretize_dt',
+    'BACKENDS', 'RMSNorm', 'causal_depthwise_conv1d', 'add_rms_norm', 'check_finite',
+    'check_ssd_inputs', 'discretize_dt',
     'gated_rms_norm', 'mamba_ssm_available', 'resolve_backend', 'rms_norm', 'segsum',
     'ssd', 'ssd_chunked', 'ssd_decay_mask', 'ssd_mixing_matrix', 'ssd_quadratic',
     'ssd_ref', 'triton_available', 'use_triton'

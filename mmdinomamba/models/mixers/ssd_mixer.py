@@ -7,8 +7,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from mmdinomamba.ops import (BACKENDS, RMSNorm, causal_depthwise_conv1d, resolve_backend, ssd,
-                             ssd_mixing_matrix)
+from mmdinomamba.ops import (BACKENDS, RMSNorm, causal_depthwise_conv1d, check_finite,
+                             resolve_backend, ssd, ssd_mixing_matrix)
 
 Tensor = torch.Tensor
 
@@ -186,6 +186,7 @@ class SSDMixer(nn.Module):
         if u.dim() != 3 or u.shape[-1] != self.dim:
             raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
                              f'{self.dim}), got {tuple(u.shape)}')
+        check_finite(u, 'SSDMixer: the input')
         zxbcdt = self.in_proj(u)
         if self.uses_fused_path(zxbcdt):
             return self._fused_core(zxbcdt)
