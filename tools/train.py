@@ -15,7 +15,8 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import allow_mmengine_checkpoint_types, setup_cpu_distributed
+from mmdinomamba.engine import (allow_mmengine_checkpoint_types, check_resume_checkpoint,
+                                find_resume_checkpoint, setup_cpu_distributed)
 
 # --amp: each optimizer wrapper and its mixed-precision twin
 AMP_WRAPPERS = {'OptimWrapper': 'AmpOptimWrapper',
@@ -68,9 +69,12 @@ def merge_args(cfg: Config, args) -> Config:
         else:
             cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
     if args.resume == 'auto':
+        # fails naming the file when work_dir/last_checkpoint is empty or dangling;
+        # None (nothing saved yet) starts from scratch
         cfg.resume = True
-        cfg.load_from = None
+        cfg.load_from = find_resume_checkpoint(cfg.work_dir)
     elif args.resume is not None:
+        check_resume_checkpoint(args.resume)
         cfg.resume = True
         cfg.load_from = args.resume
     if args.no_validate:

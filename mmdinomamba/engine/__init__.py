@@ -1,12 +1,15 @@
-from .checkpoint import (allow_mmengine_checkpoint_types, dump_atomic, save_atomic,
-                         write_atomic)
+from .checkpoint import (allow_mmengine_checkpoint_types, check_resume_checkpoint,
+                         dump_atomic, find_resume_checkpoint, save_atomic, write_atomic)
 from .distributed import setup_cpu_distributed
 from .hooks import (DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
-                    DINOTeacherTempHook)
+                    DINOTeacherTempHook, ResumableCheckpointHook)
 from .optimizers import (LayerDecayOptimWrapperConstructor, PerParamClipAmpOptimWrapper,
                          PerParamClipOptimWrapper)
+from .rng_state import gather_rng_states, get_rng_state, set_rng_state
 
 __all__ = ['DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
            'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
-           'PerParamClipOptimWrapper', 'allow_mmengine_checkpoint_types',
-           'dump_atomic', 'save_atomic', 'setup_cpu_distributed', 'write_atomic']
+           'PerParamClipOptimWrapper', 'ResumableCheckpointHook',
+           'allow_mmengine_checkpoint_types', 'check_resume_checkpoint', 'dump_atomic',
+           'find_resume_checkpoint', 'gather_rng_states', 'get_rng_state',
+           'save_atomic', 'set_rng_state', 'setup_cpu_distributed', 'write_atomic']

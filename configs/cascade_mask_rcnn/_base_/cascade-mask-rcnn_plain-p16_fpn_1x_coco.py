@@ -17,6 +17,7 @@ _base_ = [
     'mmdet::_base_/default_runtime.py',
 ]
 custom_imports = dict(imports=['mmdinomamba'], allow_failed_imports=False)
+default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'))  # exact resume
 
 model = dict(
     neck=[

@@ -15,6 +15,7 @@ _base_ = [
     'mmseg::_base_/schedules/schedule_160k.py',
 ]
 custom_imports = dict(imports=['mmdinomamba'], allow_failed_imports=False)
+default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'))  # exact resume
 
 crop_size = (512, 512)
 model = dict(

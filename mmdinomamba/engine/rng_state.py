@@ -1,0 +1,77 @@
+"""The random-number-generator states of a training process, for exact resume.
+
+A resumed run repeats an uninterrupted one bit for bit only if every generator that
+training draws from continues where it stopped: drop-path masks come from torch's
+CPU (or the current CUDA device's) generator, and augmentations run in the main
+process (``num_workers=0``) draw from Python's ``random`` and numpy's global
+generator. What needs no saving: mmengine's ``DefaultSampler`` shuffles with a
+fresh generator seeded by ``seed + epoch``, ``InfiniteSampler`` is replayed by
+mmengine's iteration-based loop, and non-persistent data workers are re-seeded by
+mmengine's ``worker_init_fn`` from the seed, rank and worker id every epoch (the
+base seed torch draws for them comes from the restored torch generator).
+
+The states are plain tensors, ints and tuples, so checkpoints holding them still
+load with ``torch.load(weights_only=True)``.
+"""
+import random
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+from mmengine.dist import all_gather_object, get_world_size
+
+
+def get_rng_state() -> Dict[str, Any]:
+    """This process's generator states: Python, numpy, torch CPU and current CUDA device.
+
+    Returns:
+        dict: ``python`` (``random.getstate()``), ``numpy`` (a dict with the
+        MT19937 ``key`` as an int64 tensor of 624, ``pos``, ``has_gauss``,
+        ``gauss``), ``torch`` (a uint8 tensor) and, when CUDA is initialised,
+        ``cuda`` (the current device's uint8 tensor).
+    """
+    name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    if name != 'MT19937':
+        raise RuntimeError(f'numpy\'s global generator is {name}, expected MT19937')
+    state = dict(python=random.getstate(),
+                 numpy=dict(key=torch.from_numpy(key.astype(np.int64)), pos=int(pos),
+                            has_gauss=int(has_gauss), gauss=float(gauss)),
+                 torch=torch.get_rng_state())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Restore the states returned by :func:`get_rng_state`.
+
+    Raises:
+        ValueError: if the state holds a CUDA state and CUDA is not available
+            here (the drop-path masks would differ), or misses a key.
+    """
+    missing = {'python', 'numpy', 'torch'} - set(state)
+    if missing:
+        raise ValueError(f'RNG state lacks {sorted(missing)}; it has {sorted(state)}')
+    if 'cuda' in state and not torch.cuda.is_available():
+        raise ValueError('the checkpoint holds a CUDA generator state but CUDA is not '
+                         'available: a resumed run on the CPU cannot repeat the '
+                         'uninterrupted one')
+    random.setstate(state['python'])
+    numpy = state['numpy']
+    np.random.set_state(('MT19937', numpy['key'].numpy().astype(np.uint32),
+                         numpy['pos'], numpy['has_gauss'], numpy['gauss']))
+    torch.set_rng_state(state['torch'])
+    if 'cuda' in state:
+        torch.cuda.set_rng_state(state['cuda'])
+
+
+def gather_rng_states() -> List[Dict[str, Any]]:
+    """Every rank's :func:`get_rng_state`, indexed by rank (a collective call).
+
+    Returns:
+        list[dict]: one state per rank, ``world_size`` of them.
+    """
+    state = get_rng_state()
+    if get_world_size() == 1:
+        return [state]
+    return all_gather_object(state)
