@@ -102,9 +102,10 @@ def folder_with_bad_images(tmp_path):
 @pytest.mark.parametrize('name', ['garbage.jpg', 'truncated.png'])
 def test_strict_default_names_the_unreadable_image(folder_with_bad_images, name):
     ds = build(data_root=str(folder_with_bad_images))
-    idx = [osp.basename(ds.get_data_info(i)['img_path']) for i in range(len(ds))].index(name)
-    with pytest.raises(ValueError, match=rf'cannot read image .*{name} .*skip_unreadable'):
-        ds[idx]
+    names = [osp.basename(ds.get_data_info(i)['img_path']) for i in range(len(ds))]
+    with pytest.raises(ValueError,
+                       match=rf'cannot read image .*{name} .*skip_unreadable'):
+        ds[names.index(name)]
 
 
 class Collect(logging.Handler):
@@ -182,7 +183,8 @@ def test_documented_cfg_options_turn_a_dino_config_to_a_plain_folder(tmp_path):
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     args = parser.parse_args([
         '--cfg-options', 'train_dataloader.dataset.type=ImageFolder',
-        f'train_dataloader.dataset.data_root={tmp_path}', 'train_dataloader.dataset.split='])
+        f'train_dataloader.dataset.data_root={tmp_path}',
+        'train_dataloader.dataset.split='])
     cfg = Config.fromfile(osp.join(osp.dirname(__file__), '..', '..', 'configs', 'dino',
                                    'dino_dinovim-toy-p8_1xb8-10e_toy.py'))
     cfg.merge_from_dict(args.cfg_options)

@@ -90,10 +90,24 @@ def test_rng_state_refuses_incomplete_state():
         set_rng_state({k: v for k, v in get_rng_state().items() if k != 'numpy'})
 
 
+def test_validation_leaves_the_training_random_stream_alone():
+    """What training draws after a validation is what it would draw without one."""
+    from mmdinomamba.engine import ResumableCheckpointHook
+    hook = ResumableCheckpointHook(interval=1)
+    state = get_rng_state()
+    without_val = (random.random(), np.random.rand(), torch.rand(2))
+    set_rng_state(state)
+    hook.before_val(runner=None)
+    random.random(), np.random.rand(9), torch.rand(7)  # validation draws
+    hook.after_val(runner=None)
+    with_val = (random.random(), np.random.rand(), torch.rand(2))
+    assert with_val[:2] == without_val[:2] and torch.equal(with_val[2], without_val[2])
+
+
 # -- in one process --------------------------------------------------------------------
 
 class StopAfter(Hook):
-    """Stop an epoch-based run after `epochs` epochs (its schedule stays as configured)."""
+    """Stop an epoch-based run after `epochs` epochs (the schedule stays as configured)."""
 
     def __init__(self, epochs):
         self.epochs = epochs
@@ -123,8 +137,10 @@ def test_resume_with_augmentation_in_the_main_process(toy_root, tmp_path):
 
     train(config('full'), 'main-full')
     train(config('half'), 'main-half', hooks=[StopAfter(1)])
-    train(config('resumed'), 'main-resumed', resume_from=str(tmp_path / 'half/epoch_1.pth'))
-    assert_same_checkpoint(tmp_path / 'full/epoch_2.pth', tmp_path / 'resumed/epoch_2.pth')
+    train(config('resumed'), 'main-resumed',
+          resume_from=str(tmp_path / 'half/epoch_1.pth'))
+    assert_same_checkpoint(tmp_path / 'full/epoch_2.pth',
+                           tmp_path / 'resumed/epoch_2.pth')
 
     # control: the same checkpoint without its RNG states resumes into another run
     stripped = load(tmp_path / 'half/epoch_1.pth')

@@ -25,8 +25,8 @@ def test_backbone_names_nonfinite_images(cls, bad):
     images = torch.randn(2, 3, 32, 32)
     assert torch.isfinite(model(images)[0]).all()
     images[1, 2, 5, 7] = bad
-    with pytest.raises(ValueError, match=r'PatchEmbed: the batch of input images contains NaN '
-                       r'or Inf values \(1 of 6144\)'):
+    with pytest.raises(ValueError, match=r'PatchEmbed: the batch of input images '
+                       r'contains NaN or Inf values \(1 of 6144\)'):
         model(images)
 
 

@@ -211,7 +211,8 @@ def test_bad_input_names_the_argument(what, corrupt, name):
 # simply 0. The reference is the recurrence in float64 on the same float32
 # inputs, where none of these values overflow.
 EXTREME_DT = [1e-30, 1e-3, 1.0, 1e5, 1e35]
-EXTREME_A = [-1e-6, -1.0, -16.0, -1e4, -torch.exp(torch.tensor(89.0)).item()]  # last: -inf
+# the last: A_log = 89, A = -exp(89) = -inf in float32
+EXTREME_A = [-1e-6, -1.0, -16.0, -1e4, -torch.exp(torch.tensor(89.0)).item()]
 
 
 def extreme_inputs(dt_value, A_value, seqlen=2 * CHUNK + 3):
