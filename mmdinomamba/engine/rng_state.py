@@ -13,12 +13,14 @@ base seed torch draws for them comes from the restored torch generator).
 The states are plain tensors, ints and tuples, so checkpoints holding them still
 load with ``torch.load(weights_only=True)``.
 """
+import logging
 import random
 from typing import Any, Dict, List
 
 import numpy as np
 import torch
 from mmengine.dist import all_gather_object, get_world_size
+from mmengine.logging import print_log
 
 
 def get_rng_state() -> Dict[str, Any]:
@@ -45,23 +47,29 @@ def get_rng_state() -> Dict[str, Any]:
 def set_rng_state(state: Dict[str, Any]) -> None:
     """Restore the states returned by :func:`get_rng_state`.
 
+    A CUDA state without CUDA here, or CUDA in use without a CUDA state (a run
+    moved between the CPU and a GPU), is logged: the run then continues with
+    other drop-path masks than an uninterrupted one.
+
     Raises:
-        ValueError: if the state holds a CUDA state and CUDA is not available
-            here (the drop-path masks would differ), or misses a key.
+        ValueError: if the state misses one of the CPU generators.
     """
     missing = {'python', 'numpy', 'torch'} - set(state)
     if missing:
         raise ValueError(f'RNG state lacks {sorted(missing)}; it has {sorted(state)}')
-    if 'cuda' in state and not torch.cuda.is_available():
-        raise ValueError('the checkpoint holds a CUDA generator state but CUDA is not '
-                         'available: a resumed run on the CPU cannot repeat the '
-                         'uninterrupted one')
+    cuda_here = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if ('cuda' in state) != cuda_here:
+        saved = 'holds' if 'cuda' in state else 'lacks'
+        here = 'is' if cuda_here else 'is not'
+        print_log(f'RNG state: it {saved} a CUDA generator state and CUDA {here} in '
+                  'use here; the CUDA generator is not restored', logger='current',
+                  level=logging.WARNING)
     random.setstate(state['python'])
     numpy = state['numpy']
     np.random.set_state(('MT19937', numpy['key'].numpy().astype(np.uint32),
                          numpy['pos'], numpy['has_gauss'], numpy['gauss']))
     torch.set_rng_state(state['torch'])
-    if 'cuda' in state:
+    if 'cuda' in state and cuda_here:
         torch.cuda.set_rng_state(state['cuda'])
 
 

@@ -283,3 +283,17 @@ def test_every_training_config_saves_through_the_resumable_hook(name):
     checkpoint = cfg.default_hooks.checkpoint
     assert checkpoint.type == 'ResumableCheckpointHook'
     assert checkpoint.get('interval', -1) > 0  # the upstream schedule's interval kept
+
+
+def test_rng_state_from_a_gpu_run_restores_the_cpu_generators(monkeypatch):
+    """A CUDA state on a machine without CUDA: logged, the CPU generators restored."""
+    import mmdinomamba.engine.rng_state as rng
+    state = dict(get_rng_state(), cuda=torch.zeros(16, dtype=torch.uint8))
+    want = torch.rand(3)
+    messages = []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(rng, 'print_log', lambda msg, **kwargs: messages.append(msg))
+    set_rng_state(state)
+    assert torch.equal(torch.rand(3), want)
+    assert messages == ['RNG state: it holds a CUDA generator state and CUDA is not in '
+                        'use here; the CUDA generator is not restored']
