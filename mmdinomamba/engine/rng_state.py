@@ -14,6 +14,7 @@ The states are plain tensors, ints and tuples, so checkpoints holding them still
 load with ``torch.load(weights_only=True)``.
 """
 import logging
+import os
 import random
 from typing import Any, Dict, List
 
@@ -83,3 +84,30 @@ def gather_rng_states() -> List[Dict[str, Any]]:
     if get_world_size() == 1:
         return [state]
     return all_gather_object(state)
+
+
+def epoch_worker_init_fn(worker_id: int) -> None:
+    """Seed a data worker from the base seed torch drew for this epoch's workers.
+
+    mmengine's default ``worker_init_fn`` seeds each worker with ``seed + rank *
+    num_workers + worker_id``, the same every epoch, so non-persistent workers
+    replay one stream of augmentation parameters epoch after epoch. torch gives
+    worker ``w`` the seed ``base + w``, with ``base`` drawn from the main process's
+    torch generator whenever an iterator starts (every epoch for non-persistent
+    workers). Seeding numpy, ``random`` and torch from that seed and the rank
+    gives every epoch and rank fresh augmentations, and since the main generator
+    is checkpointed (:class:`~mmdinomamba.engine.ResumableCheckpointHook`), a
+    resumed run's workers draw what the uninterrupted run's drew.
+
+    Use with ``train_dataloader = dict(persistent_workers=False,
+    worker_init_fn=dict(type='epoch_worker_init_fn'))``. The rank comes from the
+    ``RANK`` environment variable (set by torchrun and mmengine's launchers).
+
+    Args:
+        worker_id (int): the worker's index (its seed already holds it).
+    """
+    rank = int(os.environ.get('RANK', 0))
+    low, high = np.random.SeedSequence([torch.initial_seed(), rank]).generate_state(2)
+    np.random.seed(low)
+    random.seed(int(high))
+    torch.manual_seed((int(high) << 32) | int(low))

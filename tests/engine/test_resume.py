@@ -18,8 +18,8 @@ from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets import make_toy_dataset
-from mmdinomamba.engine import (allow_mmengine_checkpoint_types, find_resume_checkpoint,
-                                get_rng_state, set_rng_state)
+from mmdinomamba.engine import (allow_mmengine_checkpoint_types, epoch_worker_init_fn,
+                                find_resume_checkpoint, get_rng_state, set_rng_state)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
@@ -102,6 +102,37 @@ def test_validation_leaves_the_training_random_stream_alone():
     hook.after_val(runner=None)
     with_val = (random.random(), np.random.rand(), torch.rand(2))
     assert with_val[:2] == without_val[:2] and torch.equal(with_val[2], without_val[2])
+
+
+class Draws(torch.utils.data.Dataset):
+    """Each sample: one draw from each of numpy, random and torch (in the worker)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, idx):
+        return torch.tensor([np.random.rand(), random.random(), torch.rand(()).item()],
+                            dtype=torch.float64)
+
+
+def epoch_draws(init_fn):
+    """One epoch of a non-persistent one-worker loader: (4, 3) draws."""
+    loader = torch.utils.data.DataLoader(Draws(), batch_size=4, num_workers=1,
+                                         worker_init_fn=init_fn)
+    return next(iter(loader))
+
+
+def test_epoch_worker_init_fn_fresh_every_epoch_and_resumable():
+    from functools import partial
+
+    from mmengine.dataset import worker_init_fn as mmengine_worker_init_fn
+    fixed = partial(mmengine_worker_init_fn, num_workers=1, rank=0, seed=0)
+    assert torch.equal(epoch_draws(fixed), epoch_draws(fixed))  # mmengine: a replay
+    state = get_rng_state()
+    first, second = epoch_draws(epoch_worker_init_fn), epoch_draws(epoch_worker_init_fn)
+    assert (first != second).all()  # every generator fresh in the next epoch
+    set_rng_state(state)  # what a resume does to the main process
+    assert torch.equal(epoch_draws(epoch_worker_init_fn), first)
 
 
 # -- in one process --------------------------------------------------------------------
