@@ -3,7 +3,8 @@
 Three runs of the tiny toy DINO (2 epochs) in the same two processes: ``full``
 uninterrupted, ``half`` stopped after epoch 1 (its schedule still 2 epochs), and
 ``resumed`` from ``half/epoch_1.pth``. Each rank draws its own drop-path masks
-(``diff_rank_seed``), so a rank restoring another rank's states would show.
+and crops (``diff_rank_seed``, augmentation in the main process), so a rank
+restoring another rank's states would show.
 
 Usage: torchrun --nproc_per_node=2 _dino_ddp_resume_worker.py DATA_ROOT WORK_DIR
 """
@@ -30,7 +31,9 @@ class StopAfterFirstEpoch(Hook):
 
 
 def run(data_root, work_dir, name, resume_from=None, hooks=()):
-    cfg = tiny_dino_config(data_root, osp.join(work_dir, name), max_epochs=2)
+    # augmentation in the main process: it draws from each rank's own generators
+    cfg = tiny_dino_config(data_root, osp.join(work_dir, name), max_epochs=2,
+                           num_workers=0)
     cfg.launcher = 'pytorch'
     cfg.experiment_name = name
     cfg.randomness = dict(seed=0, diff_rank_seed=True)
