@@ -1,4 +1,4 @@
-"""mmengine's CheckpointHook made safe to resume from: atomic writes, RNG states."""
+"""mmengine's CheckpointHook made safe to resume from: atomic writes, per-rank state."""
 import os
 import os.path as osp
 from typing import Any, Dict, List, Optional
@@ -44,7 +44,7 @@ def gather_rank_local_buffers(model: nn.Module) -> List[Dict[str, torch.Tensor]]
 class ResumableCheckpointHook(CheckpointHook):
     """``CheckpointHook`` whose checkpoints a killed run resumes from exactly.
 
-    Takes ``CheckpointHook``'s arguments and changes two things.
+    Takes ``CheckpointHook``'s arguments and changes three things.
 
     1. **Order and atomicity.** mmengine 0.10 deletes the oldest checkpoint
        (``max_keep_ckpts``) first, then writes ``epoch_N.pth`` in place, so a kill
@@ -70,7 +70,9 @@ class ResumableCheckpointHook(CheckpointHook):
 
     Persistent data workers (``persistent_workers=True`` with ``num_workers > 0``)
     keep their generators in their own processes, where no checkpoint sees them:
-    a resumed run's augmentations then differ, and the hook warns once.
+    a resumed run's augmentations then differ, and the hook warns (every start).
+    Non-persistent workers with
+    :func:`~mmdinomamba.engine.rng_state.epoch_worker_init_fn` resume exactly.
     Checkpoints on remote backends (``backend_args``) are written as mmengine
     writes them; the ``save_best`` checkpoint is mmengine's too.
     """
@@ -81,10 +83,11 @@ class ResumableCheckpointHook(CheckpointHook):
         self._val_state: Optional[Dict[str, Any]] = None
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Keep the RNG states of a resumed checkpoint; :meth:`before_train` sets them.
+        """Keep a resumed checkpoint's RNG states; put this rank's buffers in place.
 
-        mmengine re-seeds after loading when the checkpoint's seed differs from
-        the config's, so the states are applied later, in ``before_train``.
+        Runs before the state dict is loaded into the model. mmengine re-seeds
+        after loading when the checkpoint's seed differs from the config's, so
+        the RNG states are applied later, in :meth:`before_train`.
         """
         if not getattr(runner, '_resume', False):
             return
