@@ -47,8 +47,6 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
     # checkpoints written atomically, with every rank's RNG states (exact resume)
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
-    # mmengine's own registry: the downstream packages have no FUNCTIONS
-    ('mmdinomamba.engine.epoch_worker_init_fn', 'FUNCTIONS', ('mmengine', )),
     ('mmdinomamba.engine.optimizers.PerParamClipOptimWrapper', 'OPTIM_WRAPPERS',
      PRETRAIN),
     ('mmdinomamba.engine.optimizers.PerParamClipAmpOptimWrapper', 'OPTIM_WRAPPERS',

@@ -99,9 +99,9 @@ def epoch_worker_init_fn(worker_id: int) -> None:
     is checkpointed (:class:`~mmdinomamba.engine.ResumableCheckpointHook`), a
     resumed run's workers draw what the uninterrupted run's drew.
 
-    Use with ``train_dataloader = dict(persistent_workers=False,
-    worker_init_fn=dict(type='epoch_worker_init_fn'))``. The rank comes from the
-    ``RANK`` environment variable (set by torchrun and mmengine's launchers).
+    Pass it as a ``DataLoader``'s ``worker_init_fn`` with
+    ``persistent_workers=False``. The rank comes from the ``RANK`` environment
+    variable (set by torchrun and mmengine's launchers).
 
     Args:
         worker_id (int): the worker's index (its seed already holds it).

@@ -71,8 +71,8 @@ class ResumableCheckpointHook(CheckpointHook):
     Persistent data workers (``persistent_workers=True`` with ``num_workers > 0``)
     keep their generators in their own processes, where no checkpoint sees them:
     a resumed run's augmentations then differ, and the hook warns (every start).
-    Non-persistent workers with
-    :func:`~mmdinomamba.engine.rng_state.epoch_worker_init_fn` resume exactly.
+    Non-persistent workers resume exactly (with mmengine's ``worker_init_fn`` or
+    :func:`~mmdinomamba.engine.rng_state.epoch_worker_init_fn`).
     Checkpoints on remote backends (``backend_args``) are written as mmengine
     writes them; the ``save_best`` checkpoint is mmengine's too.
     """
