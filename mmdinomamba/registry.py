@@ -38,11 +38,15 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.models.heads.DINOHead', 'MODELS', PRETRAIN),
     ('mmdinomamba.models.losses.DINOLoss', 'MODELS', PRETRAIN),
     ('mmdinomamba.models.necks.ConcatNeck', 'MODELS', PRETRAIN),
+    # any folder of images (with or without class folders) for DINO
+    ('mmdinomamba.datasets.image_folder.ImageFolder', 'DATASETS', PRETRAIN),
     ('mmdinomamba.datasets.transforms.DINOMultiCrop', 'TRANSFORMS', PRETRAIN),
     ('mmdinomamba.datasets.transforms.HueSafeColorJitter', 'TRANSFORMS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOTeacherMomentumHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOTeacherTempHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
+    # checkpoints written atomically, with every rank's RNG states (exact resume)
+    ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
     ('mmdinomamba.engine.optimizers.PerParamClipOptimWrapper', 'OPTIM_WRAPPERS',
      PRETRAIN),
     ('mmdinomamba.engine.optimizers.PerParamClipAmpOptimWrapper', 'OPTIM_WRAPPERS',

@@ -16,7 +16,8 @@ from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types,
-                                check_pretrained_checkpoints, setup_cpu_distributed,
+                                check_pretrained_checkpoints, check_resume_checkpoint,
+                                find_resume_checkpoint, setup_cpu_distributed,
                                 setup_cpu_threads)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
@@ -71,9 +72,12 @@ def merge_args(cfg: Config, args) -> Config:
         else:
             cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
     if args.resume == 'auto':
+        # fails naming the file when work_dir/last_checkpoint is empty or dangling;
+        # None (nothing saved yet) starts from scratch
         cfg.resume = True
-        cfg.load_from = None
+        cfg.load_from = find_resume_checkpoint(cfg.work_dir)
     elif args.resume is not None:
+        check_resume_checkpoint(args.resume)
         cfg.resume = True
         cfg.load_from = args.resume
     if args.no_validate:

@@ -11,4 +11,4 @@ _base_ = [
 optim_wrapper = dict(type='PerParamClipAmpOptimWrapper')  # fp16, dynamic loss scale
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3))
+    checkpoint=dict(type='ResumableCheckpointHook', interval=1, max_keep_ckpts=3))

@@ -62,5 +62,5 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=4),
-    checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=2))
+    checkpoint=dict(type='ResumableCheckpointHook', interval=5, max_keep_ckpts=2))
 log_processor = dict(window_size=4)

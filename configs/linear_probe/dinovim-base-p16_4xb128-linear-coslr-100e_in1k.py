@@ -10,4 +10,4 @@ _base_ = [
 
 optim_wrapper = dict(optimizer=dict(weight_decay=0.01))
 default_hooks = dict(
-    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))
+    checkpoint=dict(type='ResumableCheckpointHook', interval=10, max_keep_ckpts=3))

@@ -54,4 +54,4 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=2),
-    checkpoint=dict(type='CheckpointHook', interval=max_epochs, max_keep_ckpts=1))
+    checkpoint=dict(type='ResumableCheckpointHook', interval=max_epochs, max_keep_ckpts=1))

@@ -1,16 +1,21 @@
-from .checkpoint import (allow_mmengine_checkpoint_types, dump_atomic, save_atomic,
-                         write_atomic)
+from .checkpoint import (allow_mmengine_checkpoint_types, check_resume_checkpoint,
+                         dump_atomic, find_resume_checkpoint, save_atomic, write_atomic)
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import CPUDistributedDataParallel, setup_cpu_distributed
 from .hooks import (DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
-                    DINOTeacherTempHook)
+                    DINOTeacherTempHook, ResumableCheckpointHook)
 from .optimizers import (LayerDecayOptimWrapperConstructor, PerParamClipAmpOptimWrapper,
                          PerParamClipOptimWrapper)
 from .pretrained import check_pretrained_checkpoints
+from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
+                        set_rng_state)
 
 __all__ = ['CPUDistributedDataParallel', 'DINOFreezeLastLayerHook',
            'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
            'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
-           'PerParamClipOptimWrapper', 'allow_mmengine_checkpoint_types',
-           'check_pretrained_checkpoints', 'default_cpu_threads', 'dump_atomic',
-           'save_atomic', 'setup_cpu_distributed', 'setup_cpu_threads', 'write_atomic']
+           'PerParamClipOptimWrapper', 'ResumableCheckpointHook',
+           'allow_mmengine_checkpoint_types', 'check_pretrained_checkpoints',
+           'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
+           'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
+           'get_rng_state', 'save_atomic', 'set_rng_state', 'setup_cpu_distributed',
+           'setup_cpu_threads', 'write_atomic']

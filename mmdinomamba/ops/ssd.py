@@ -40,9 +40,11 @@ backend (``'auto'``, ``'chunked'``, ``'quadratic'``, ``'ref'``, ``'triton'`` or
 ``return_final_states``); its chunk is its own tile size, so ``chunk_size`` only
 matters to the PyTorch backends (it changes rounding, not the result).
 
-Input checks. :func:`check_ssd_inputs` rejects a non-finite ``dt``. That test
-reads a value back from the device, so on CUDA it runs only when the environment
-variable ``MMDINOMAMBA_CHECK_FINITE=1`` is set (on the CPU it always runs).
+Input checks. :func:`check_ssd_inputs` rejects a non-finite ``dt`` through
+:func:`check_finite`, which the mixers and backbones also call on their inputs.
+That test reads a value back from the device, so on CUDA it runs only when the
+environment variable ``MMDINOMAMBA_CHECK_FINITE=1`` is set (on the CPU it always
+runs).
 """
 import math
 import os
@@ -110,14 +112,32 @@ def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f'ssd: `chunk_size` must be a positive int, '
                          f'got {chunk_size!r}')
-    if (not torch.compiler.is_compiling() and _check_finite(dt)
-            and not torch.isfinite(dt).all()):
-        raise ValueError('ssd: `dt` contains NaN or Inf values')
+    check_finite(dt, 'ssd: `dt`')
 
 
 def _check_finite(t: Tensor) -> bool:
     """Whether to run the (device-synchronising) finiteness check on ``t``."""
     return t.device.type != 'cuda' or os.environ.get('MMDINOMAMBA_CHECK_FINITE') == '1'
+
+
+def check_finite(t: Tensor, what: str) -> None:
+    """Raise a ValueError ``'<what> contains NaN or Inf values'`` if ``t`` has any.
+
+    Runs always for CPU tensors and, because it reads a value back from the
+    device (a host synchronisation), for CUDA tensors only with
+    ``MMDINOMAMBA_CHECK_FINITE=1``; never while ``torch.compile`` traces.
+
+    Args:
+        t (Tensor): any shape.
+        what (str): names the tensor in the message, e.g. ``'SSDMixer: input'``.
+    """
+    if torch.compiler.is_compiling() or not _check_finite(t):
+        return
+    finite = torch.isfinite(t)
+    if not finite.all():
+        bad = finite.numel() - int(finite.sum())
+        raise ValueError(f'{what} contains NaN or Inf values ({bad} of '
+                         f'{finite.numel()})')
 
 
 def discretize_dt(dt: Tensor, dt_bias: Optional[Tensor] = None,
@@ -247,12 +267,19 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
 
     The sequence is cut into chunks of ``chunk_size`` tokens (the last one padded
     with ``dt = 0`` tokens, which neither decay nor write the state). Then, with
-    ``X = x * dt`` and ``cs`` the within-chunk cumulative ``dt * A``:
+    ``X = x * dt``, ``cs`` the within-chunk cumulative ``dt * A`` and
+    ``L = exp(segsum(dt * A))`` the within-chunk decay mask:
 
     1. intra-chunk outputs (diagonal blocks of M): ``Y_diag = (L o C B^T) X``;
-    2. each chunk's final state from its own inputs: ``S_c = sum_s exp(cs_end - cs_s) X_s B_s^T``;
+    2. each chunk's final state from its own inputs: ``S_c = sum_s L[end, s] X_s B_s^T``;
     3. inter-chunk recurrence: ``H_c = exp(sum dt A over chunk c-1) H_{c-1} + S_{c-1}``;
     4. state to output (off-diagonal blocks): ``Y_off_i = exp(cs_i) H_c C_i``.
+
+    Overflow. Every log-decay is a direct sum over its own segment (``segsum``,
+    the prefix sums ``cs``), never a difference of two cumulative sums: where
+    ``dt * A`` summed over a chunk leaves float32's range, the sums are ``-inf``
+    and the decays 0 (as in the recurrence), not ``-inf - (-inf) = NaN``; and
+    one huge-``dt`` token does not cost the later tokens their precision.
 
     Same signature and shapes as :func:`ssd_ref`. Computes in fp32 (fp64 for
     fp64 inputs) and returns x's dtype.
@@ -276,8 +303,8 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     # 1. intra-chunk: Y_diag[l] = sum_{s <= l} L[l, s] (C_l . B_s) X_s
     L = torch.exp(segsum(dA))
     Y_diag = torch.einsum('bclhn,bcshn,bhcls,bcshp->bclhp', Ch, Bh, L, Xdt)
-    # 2. chunk states: S_c = sum_s exp(cs_end - cs_s) X_s B_s^T
-    decay_to_end = torch.exp(cs[..., -1:] - cs)
+    # 2. chunk states: S_c = sum_s L[end, s] X_s B_s^T  (L's last row: exp(sum_{k>s} dt_k A))
+    decay_to_end = L[..., -1, :]
     S = torch.einsum('bcshn,bhcs,bcshp->bchpn', Bh, decay_to_end, Xdt)
     # 3. inter-chunk recurrence over chunk boundaries (a tiny SSD over chunks)
     H0 = (initial_states.to(cdtype)[:, None] if initial_states is not None else

@@ -7,23 +7,26 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOY_CONFIG = osp.join(ROOT, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py')
 
 
-def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2) -> Config:
+def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
+                     num_workers: int = 1) -> Config:
     """The toy config with a 2-block, 32-wide DinoVim, 32/16 px crops, 4 images a batch.
 
-    Drop-path is off so that a resumed run draws no random numbers that an
-    uninterrupted one would draw differently; the data workers are re-seeded
-    every epoch (num_workers=1, not persistent), so augmentations match too.
+    Drop-path stays on (rate 0.1) and the augmentations are the config's own: a
+    resumed run repeats an uninterrupted one only because the checkpoint hook
+    restores the RNG states. With ``num_workers=0`` the augmentations draw from
+    the main process's generators; with workers (not persistent) mmengine
+    re-seeds them every epoch.
     """
     cfg = Config.fromfile(TOY_CONFIG)
     cfg.work_dir = work_dir
-    cfg.model.backbone.update(arch=dict(embed_dims=32, num_layers=2), img_size=32,
-                              drop_path_rate=0.0)
+    cfg.model.backbone.update(arch=dict(embed_dims=32, num_layers=2), img_size=32)
     cfg.model.head.update(in_channels=32, out_channels=64, hidden_channels=64,
                           bottleneck_channels=16)
     cfg.model.loss.out_channels = 64
     cfg.train_dataloader.dataset.pipeline[1].update(global_size=32, local_size=16,
                                                     num_local_views=2)
-    cfg.train_dataloader.update(batch_size=4, num_workers=1, persistent_workers=False)
+    cfg.train_dataloader.update(batch_size=4, num_workers=num_workers,
+                                persistent_workers=False)
     cfg.train_dataloader.dataset.data_root = data_root
     cfg.train_cfg.max_epochs = max_epochs
     schedulers = []

@@ -203,3 +203,67 @@ def test_bad_input_names_the_argument(what, corrupt, name):
     corrupt(args, kwargs)
     with pytest.raises(ValueError, match=name):
         ssd(**args, **kwargs, chunk_size=4)
+
+
+# -- extreme steps and decays in float32 ------------------------------------------------
+# dt * A summed over a chunk can leave float32's range (dt = 1e35, A = -16; or
+# A_log >= 89, where A = -exp(A_log) is -inf in float32) while every decay is
+# simply 0. The reference is the recurrence in float64 on the same float32
+# inputs, where none of these values overflow.
+EXTREME_DT = [1e-30, 1e-3, 1.0, 1e5, 1e35]
+# the last: A_log = 89, A = -exp(89) = -inf in float32
+EXTREME_A = [-1e-6, -1.0, -16.0, -1e4, -torch.exp(torch.tensor(89.0)).item()]
+
+
+def extreme_inputs(dt_value, A_value, seqlen=2 * CHUNK + 3):
+    args, _ = make_inputs(seqlen=seqlen, dtype=torch.float32)
+    g = torch.Generator().manual_seed(1)
+    # dt spread over a decade around dt_value, so tokens decay differently
+    args['dt'] = dt_value * (1 + 9 * torch.rand(args['dt'].shape, generator=g))
+    args['A'] = torch.full_like(args['A'], A_value)
+    return args
+
+
+def assert_close_scaled(got, want, rtol):
+    """max |got - want| <= rtol * max |want|: one tolerance for outputs of any scale."""
+    assert torch.isfinite(got).all()
+    err = (got.double() - want).abs().max() / want.abs().max()
+    assert err <= rtol, f'relative error {err:.2e} > {rtol:.0e}'
+
+
+@pytest.mark.parametrize('A_value', EXTREME_A)
+@pytest.mark.parametrize('dt_value', EXTREME_DT)
+def test_backends_finite_and_agree_for_extreme_dt_and_A_float32(dt_value, A_value):
+    args = extreme_inputs(dt_value, A_value)
+    A64 = args['A'].double()  # -inf stays -inf: the float32 parameter as given
+    want = ssd_ref(**{k: v.double() for k, v in args.items() if k != 'A'}, A=A64)
+    assert torch.isfinite(want).all()
+    for fn in (ssd_ref, ssd_chunked, ssd_quadratic):
+        # float32 round-off on sums of ~seqlen * dstate terms
+        assert_close_scaled(fn(**args, chunk_size=CHUNK), want, rtol=1e-5)
+
+
+def test_chunked_keeps_precision_after_one_huge_step():
+    """One token with dt * |A| = 1e5 then small ones: later decays stay exact.
+
+    exp(cs_end - cs_s) with cs ~ -1e5 loses float32's resolution at 1e5
+    (~0.008 absolute, 0.8 % in exp); the segment sums never form that difference.
+    """
+    args = extreme_inputs(1e-2, -1.0, seqlen=2 * CHUNK)
+    args['dt'][:, 2] = 1e5  # dt * |A| = 1e5 at token 2 of chunk 0
+    want = ssd_ref(**{k: v.double() for k, v in args.items()})
+    # the float32 recurrence's own error on this input is ~3e-7
+    assert_close_scaled(ssd_ref(**args), want, rtol=2e-6)
+    assert_close_scaled(ssd_chunked(**args, chunk_size=CHUNK), want, rtol=2e-6)
+
+
+def test_chunked_chunk_states_and_final_state_survive_overflow():
+    """The final state (step 3) of a chunk whose summed dt * A is -inf in float32."""
+    args = extreme_inputs(1e35, -1e4, seqlen=3 * CHUNK)  # dt * A = -inf per token
+    h0 = torch.randn(2, 4, 3, 5)
+    y, h = ssd_chunked(**args, chunk_size=CHUNK, initial_states=h0,
+                       return_final_states=True)
+    want_y, want_h = ssd_ref(**{k: v.double() for k, v in args.items()},
+                             initial_states=h0.double(), return_final_states=True)
+    assert_close_scaled(y, want_y, rtol=1e-5)
+    assert_close_scaled(h, want_h, rtol=1e-5)

@@ -19,6 +19,8 @@ val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = dict(dataset=dict(data_root=data_root))
 val_evaluator = dict(ann_file=data_root + _base_.val_dataloader.dataset.ann_file)
 test_evaluator = dict(ann_file=data_root + _base_.test_dataloader.dataset.ann_file)
+# checkpoints written atomically, with the RNG states for an exact --resume
+default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'))
 
 # 8 GPUs x 2 images = 16 = auto_scale_lr.base_batch_size (from schedule_1x)
 optim_wrapper = dict(

@@ -19,6 +19,8 @@ from mmengine.registry import DefaultScope
 
 from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
 
+from mmdinomamba.ops import check_finite
+
 Tensor = torch.Tensor
 
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
@@ -126,6 +128,7 @@ class PatchEmbed(nn.Module):
         if x.shape[-2] < self.patch_size or x.shape[-1] < self.patch_size:
             raise ValueError(f'PatchEmbed: input {tuple(x.shape[-2:])} is smaller '
                              f'than one patch ({self.patch_size})')
+        check_finite(x, 'PatchEmbed: the batch of input images')
         p = self.patch_size
         batch, chans = x.shape[:2]
         h, w = x.shape[-2] // p, x.shape[-1] // p

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 from einops import rearrange
 
+from mmdinomamba.ops import check_finite
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
 from .protocol import MixerInfo
 
@@ -38,6 +39,7 @@ class LinearAttention(nn.Module):
                          h=self.num_heads).unbind(0)
 
     def forward(self, u: Tensor) -> Tensor:
+        check_finite(u, 'LinearAttention: the input')
         q, k, v = self._qkv(u)
         y = linear_attention(q, k, v)
         return self.proj(rearrange(y, 'b h l d -> b l (h d)'))

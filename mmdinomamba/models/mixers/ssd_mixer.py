@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from einops import rearrange
 
-from mmdinomamba.ops import (BACKENDS, MixerParams, MixerSpec, RMSNorm,
+from mmdinomamba.ops import (BACKENDS, MixerParams, MixerSpec, RMSNorm, check_finite,
                              direction_ssd_inputs, mixer_core, ssd_decay_mask,
                              ssd_mixing_matrix, uses_fused_core)
 from .protocol import MixerInfo
@@ -183,6 +183,7 @@ class SSDMixer(nn.Module):
         if u.dim() != 3 or u.shape[-1] != self.dim:
             raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
                              f'{self.dim}), got {tuple(u.shape)}')
+        check_finite(u, 'SSDMixer: the input')
         return mixer_core(self.in_proj(u), self.core_params(), self.spec)
 
     def uses_fused_path(self, zxbcdt: Tensor) -> bool:

@@ -1,0 +1,72 @@
+"""Run ``tools/train.py`` as a real training process that dies at a chosen point.
+
+Usage: python _faulty_train.py FAULT N -- TRAIN_ARGS...
+
+FAULT is one of
+  kill-after-iter  SIGKILL itself after training iteration N (counted from 1 in
+                   this process), e.g. between two checkpoint saves;
+  kill-in-write    during the N-th checkpoint file write of this process, write
+                   half of the bytes, fsync, then SIGKILL itself;
+  raise-in-write   during the N-th checkpoint file write, write half of the bytes,
+                   then raise OSError (a full disk): the run ends with a traceback.
+"""
+import os
+import os.path as osp
+import runpy
+import signal
+import sys
+
+from mmengine.fileio import LocalBackend
+from mmengine.runner import Runner
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write')
+
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install(fault: str, n: int) -> None:
+    if fault == 'kill-after-iter':
+        call_hook, done = Runner.call_hook, []
+
+        def counting_call_hook(self, fn_name, **kwargs):
+            call_hook(self, fn_name, **kwargs)
+            if fn_name == 'after_train_iter':
+                done.append(1)
+                if len(done) == n:
+                    die()
+
+        Runner.call_hook = counting_call_hook
+        return
+    put, writes = LocalBackend.put, []
+
+    def faulty_put(self, obj, filepath):
+        if not str(filepath).endswith('.pth'):
+            return put(self, obj, filepath)
+        writes.append(filepath)
+        if len(writes) < n:
+            return put(self, obj, filepath)
+        with open(filepath, 'wb') as f:
+            f.write(obj[:len(obj) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        if fault == 'kill-in-write':
+            die()
+        raise OSError(f'injected: no space left on the device writing {filepath}')
+
+    LocalBackend.put = faulty_put
+
+
+def main():
+    fault, n, sep, *train_args = sys.argv[1:]
+    if fault not in FAULTS or sep != '--':
+        raise SystemExit(f'usage: FAULT N -- TRAIN_ARGS; FAULT one of {FAULTS}')
+    install(fault, int(n))
+    sys.argv = [osp.join(ROOT, 'tools/train.py')] + train_args
+    runpy.run_path(sys.argv[0], run_name='__main__')
+
+
+if __name__ == '__main__':
+    main()

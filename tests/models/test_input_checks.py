@@ -1,0 +1,52 @@
+"""NaN and Inf are reported where they enter: the images, a mixer's input.
+
+On the CPU (these tests) the checks always run; on CUDA only with
+MMDINOMAMBA_CHECK_FINITE=1, as the SSD scan's own `dt` check.
+"""
+import pytest
+import torch
+
+from mmdinomamba.models.backbones import DinoVim, LinearViT
+from mmdinomamba.models.mixers import LinearAttention, SSDMixer
+
+
+def small(cls):
+    if cls is DinoVim:
+        return DinoVim(arch=dict(embed_dims=32, num_layers=2), img_size=32, patch_size=8,
+                       mixer_cfg=dict(d_state=8, headdim=8, chunk_size=16)).eval()
+    return LinearViT(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2),
+                     img_size=32, patch_size=8).eval()
+
+
+@pytest.mark.parametrize('bad', [float('nan'), float('inf'), -float('inf')])
+@pytest.mark.parametrize('cls', [DinoVim, LinearViT])
+def test_backbone_names_nonfinite_images(cls, bad):
+    model = small(cls)
+    images = torch.randn(2, 3, 32, 32)
+    assert torch.isfinite(model(images)[0]).all()
+    images[1, 2, 5, 7] = bad
+    with pytest.raises(ValueError, match=r'PatchEmbed: the batch of input images '
+                       r'contains NaN or Inf values \(1 of 6144\)'):
+        model(images)
+
+
+@pytest.mark.parametrize('mixer, name', [
+    (SSDMixer(32, d_state=8, headdim=8, chunk_size=16), 'SSDMixer'),
+    (LinearAttention(32, 2), 'LinearAttention'),
+])
+def test_mixer_names_its_nonfinite_input(mixer, name):
+    u = torch.randn(2, 10, 32)
+    assert torch.isfinite(mixer(u)).all()
+    u[0, 3, 1] = float('nan')
+    with pytest.raises(ValueError, match=rf'{name}: the input contains NaN or Inf'):
+        mixer(u)
+
+
+def test_huge_dt_in_a_dinovim_stays_finite():
+    """A_log >= 89 makes A = -inf in float32: the chunked scan gives zero decay,
+    not NaN (which the next layer used to report as "dt contains NaN")."""
+    model = small(DinoVim)
+    for p in ('A_log', 'A_log_b'):
+        getattr(model.layers[0].mixer, p).data.fill_(89.0)
+    model.layers[0].mixer.ssd_backend = 'chunked'
+    assert torch.isfinite(model(torch.randn(2, 3, 32, 32))[0]).all()
