@@ -392,3 +392,25 @@ def test_fused_dinovim_replays_from_a_cuda_graph():
     with torch.no_grad():
         eager = model(x)[0]
     assert rel(static_out, eager) < FP32_TOL
+
+
+@pytest.mark.parametrize('A_value', [-1e-6, -16.0, -1e30, float('-inf')])
+@pytest.mark.parametrize('dt_value', [1e-30, 1e-2, 1e5, 1e35])
+def test_triton_finite_and_equal_to_the_recurrence_for_extreme_dt_and_A(dt_value, A_value):
+    """The kernels floor each token's log-decay at float32's exp range: finite and
+    equal to the float64 recurrence where the math is finite (fp32 tolerance, as the
+    PyTorch backends' sweep in tests/ops/test_ssd.py)."""
+    from mmdinomamba.ops import ssd_ref
+    from mmdinomamba.ops.triton import ssd_triton
+    g = torch.Generator().manual_seed(0)
+    batch, seqlen, nheads, headdim, dstate = 2, 150, 2, 8, 4  # small: 1e35 * x * B C fits
+    x = torch.randn(batch, seqlen, nheads, headdim, generator=g)
+    B = torch.randn(batch, seqlen, 1, dstate, generator=g)
+    C = torch.randn(batch, seqlen, 1, dstate, generator=g)
+    dt = dt_value * (1 + torch.rand(batch, seqlen, nheads, generator=g))
+    A = torch.full((nheads, ), A_value)
+    want = ssd_ref(x.double(), dt.double(), A.double(), B.double(), C.double())
+    assert torch.isfinite(want).all()
+    got = ssd_triton(x.cuda(), dt.cuda(), A.cuda(), B.cuda(), C.cuda()).cpu()
+    assert torch.isfinite(got).all()
+    assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max()

@@ -293,8 +293,8 @@ class PlainBackbone(BaseModule):
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Args: x (Tensor): (batch, 3, H, W). Returns: one output per ``out_indices``."""
-        if not self._consumer_checked:
-            _check_dense_out_type(self)
+        if not self._consumer_checked and not torch.compiler.is_compiling():
+            _check_dense_out_type(self)  # reads mmengine's scope: not while compiling
             self._consumer_checked = True
         tokens, layout = self.embed(x)
         feats = self.forward_tokens(tokens, self.out_indices)
