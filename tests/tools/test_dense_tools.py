@@ -187,7 +187,9 @@ def user_session(monkeypatch, capsys, config: str, options: Dict[str, object],
                                              '--cfg-options', *cli({**options, **resumed})],
                    data_root)
     output = capsys.readouterr().out
-    assert f'Auto resumed from the latest checkpoint {first_ckpt}' in output, output[-3000:]
+    # --resume without a path resumes from work_dir/last_checkpoint (checked first)
+    assert f'Load checkpoint from {first_ckpt}' in output, output[-3000:]
+    assert 'resumed epoch' in output, output[-3000:]
     assert osp.isfile(osp.join(work_dir, last_ckpt))
 
     out = osp.join(work_dir, 'metrics.json')
