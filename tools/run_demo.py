@@ -1,19 +1,26 @@
-"""The embedded default: DINO pretraining and a linear probe on toy data, on a CPU.
+"""The embedded default: DINO on toy data on a CPU, and proof that it learned.
 
-    python tools/run_demo.py [--data-root data/toy] [--work-dir work_dirs/demo]
+    python tools/run_demo.py [--data-root data/toy_rich] [--work-dir work_dirs/demo]
+                             [--probe]
 
-1. generates the toy dataset (``mmdinomamba.datasets.make_toy_dataset``; a no-op
-   if it is already there);
-2. pretrains a 4-block DinoVim with DINO (``configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py``
-   through ``tools/train.py``) and prints the training loss per epoch;
+1. generates the rich toy dataset (``mmdinomamba.datasets.make_toy_dataset`` with
+   ``style='rich'``: shape-and-texture classes in random colours on cluttered
+   backgrounds, with masks; a no-op if it is already there);
+2. pretrains a 4-block DinoVim with DINO (``DINO_CONFIG`` through
+   ``tools/train.py``) and prints the training loss per epoch;
 3. extracts the teacher backbone (``tools/model_converters/extract_teacher.py``);
-4. trains a linear probe on it (``configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py``)
-   and prints its top-1 accuracy on the toy validation split;
-5. prints where the checkpoints and logs are.
+4. measures the teacher and the same backbone at random initialisation on the
+   held-out split (``VAL_PER_CLASS`` images per class, with masks): k-NN top-1
+   (cosine, k = 20, T = 0.07, the training split as the bank) and Binary-AUC
+   (the last block's cosine activation maps, mean over heads), each with a 95 %
+   bootstrap interval over images, side by side;
+5. with ``--probe``, also trains the toy linear probe on the teacher;
+6. prints where the checkpoints and logs are.
 
 Each step's full log goes to ``<work-dir>/<step>.log``. The script fails (exit
-status 1) if a step fails, or if the DINO loss or the linear probe's training loss
-is not lower in the last epoch than in the first (see docs/dino.md, "The demo").
+status 1) if a step fails, if the DINO loss is not lower in the last epoch than in
+the first, or if the teacher does not beat the random backbone on both k-NN
+accuracy and Binary-AUC (see docs/dino.md, "The demo").
 """
 import argparse
 import glob
@@ -25,11 +32,14 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py'
+DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb16-rich_toy.py'
 PROBE_CONFIG = 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py'
+# the rich toy data: 4 (shape, texture) classes, >= 200 held-out images with masks
+TOY_DATA = dict(num_classes=4, train_per_class=128, val_per_class=64, size=64,
+                formats=('imagenet', ), style='rich')
 
 
 def run_step(name: str, cmd: List[str], work_dir: str) -> float:
@@ -83,16 +93,78 @@ def print_curve(losses: Dict[int, float]) -> None:
     print('      loss:  ' + ' '.join(f'{v:5.2f}' for v in losses.values()))
 
 
+def format_comparison(rows: List[Tuple[str, object, object]]) -> str:
+    """The side-by-side table of (measure, random-init CI, DINO CI) rows.
+
+    Each CI is a :class:`mmdinomamba.evaluation.BootstrapCI` (mean, low, high).
+    """
+    width = max(len(name) for name, _, _ in rows)
+    lines = [f'      {"":{width}}  {"random init":>22}  {"DINO teacher":>22}']
+    for name, random_ci, dino_ci in rows:
+        cells = [f'{c.mean:.3f} [{c.low:.3f}, {c.high:.3f}]'
+                 for c in (random_ci, dino_ci)]
+        lines.append(f'      {name:{width}}  {cells[0]:>22}  {cells[1]:>22}')
+    return '\n'.join(lines)
+
+
+def not_beaten(rows: List[Tuple[str, object, object]]) -> List[str]:
+    """The measures on which the DINO teacher's mean is not above random init's."""
+    return [name for name, random_ci, dino_ci in rows
+            if not dino_ci.mean > random_ci.mean]
+
+
+def evaluate(config: str, teacher: str, data_root: str, seed: int = 0) -> list:
+    """k-NN and Binary-AUC of the random-init and the DINO-teacher backbone.
+
+    Returns:
+        list: (measure name, random-init BootstrapCI, DINO BootstrapCI) rows.
+    """
+    import torch
+
+    from mmdinomamba.analysis.comparison import (knn_hits, load_split,
+                                                 measure_backbone)
+    from mmdinomamba.analysis.mixing_rank import (backbone_config, build_backbone,
+                                                  initialise_weights,
+                                                  load_backbone_checkpoint)
+    from mmdinomamba.evaluation import bootstrap_ci
+    cfg = backbone_config(osp.join(ROOT, config))
+    cfg.pop('init_cfg', None)
+    size = cfg['img_size']
+    train = load_split(data_root, 'meta/train.txt', 'train', size)
+    val = load_split(data_root, 'meta/val.txt', 'val', size, 'masks/val')
+    results = {}
+    for name in ('random', 'dino'):
+        torch.manual_seed(seed)
+        backbone = build_backbone(cfg)
+        initialise_weights(backbone)
+        if name == 'dino':
+            load_backbone_checkpoint(backbone, teacher, prefix='')
+        train_m = measure_backbone(backbone, train, [-1], with_maps=False)
+        val_m = measure_backbone(backbone, val, [-1])
+        last = max(val_m.readouts)
+        hits = knn_hits(train_m, train.labels, val_m, val.labels, last)
+        aucs = val_m.aucs[last][:, :-1].mean(axis=1)  # mean over heads per image
+        results[name] = (bootstrap_ci(hits, seed=seed), bootstrap_ci(aucs, seed=seed))
+    return [(f'k-NN top-1 (k=20, {len(val)} val images)', results['random'][0],
+             results['dino'][0]),
+            ('Binary-AUC (last block, mean over heads)', results['random'][1],
+             results['dino'][1])]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--data-root', default='data/toy', help='toy dataset folder')
+    parser.add_argument('--data-root', default='data/toy_rich',
+                        help='toy dataset folder')
     parser.add_argument('--work-dir', default='work_dirs/demo',
                         help='folder for checkpoints and logs')
+    parser.add_argument('--probe', action='store_true',
+                        help='also train the toy linear probe on the teacher')
     args = parser.parse_args(argv)
     data_root = osp.abspath(osp.join(ROOT, args.data_root))
     work_dir = osp.abspath(osp.join(ROOT, args.work_dir))
     os.makedirs(work_dir, exist_ok=True)
     python = sys.executable
+    steps = 5 if args.probe else 4
 
     sys.path.insert(0, ROOT)
     from mmengine.config import Config
@@ -100,10 +172,10 @@ def main(argv=None):
     from mmdinomamba.datasets import make_toy_dataset
     num_prototypes = Config.fromfile(osp.join(ROOT, DINO_CONFIG)).model.head.out_channels
     start = time.time()
-    make_toy_dataset(data_root)
-    with open(osp.join(data_root, 'classes.txt')) as f:
-        num_classes = len(f.read().split())
-    print(f'[1/4] toy dataset: {data_root} ({num_classes} classes) '
+    make_toy_dataset(data_root, **TOY_DATA)
+    print(f'[1/{steps}] rich toy dataset: {data_root} ({TOY_DATA["num_classes"]} '
+          f'classes, {TOY_DATA["train_per_class"]} train and '
+          f'{TOY_DATA["val_per_class"]} val images per class) '
           f'[{time.time() - start:.0f} s]')
 
     dino_dir = osp.join(work_dir, 'dino')
@@ -111,7 +183,7 @@ def main(argv=None):
     seconds = run_step('dino', [python, 'tools/train.py', DINO_CONFIG, '--work-dir',
                                 dino_dir, '--cfg-options', *data_opts], work_dir)
     losses = epoch_losses(read_scalars(dino_dir))
-    print(f'[2/4] DINO pretraining ({DINO_CONFIG}) [{seconds:.0f} s]')
+    print(f'[2/{steps}] DINO pretraining ({DINO_CONFIG}) [{seconds:.0f} s]')
     print_curve(losses)
     ckpts = sorted(glob.glob(osp.join(dino_dir, 'epoch_*.pth')),
                    key=lambda p: int(osp.basename(p)[6:-4]))
@@ -121,26 +193,34 @@ def main(argv=None):
     teacher = osp.join(work_dir, 'dinovim-toy_dino-teacher.pth')
     run_step('extract_teacher', [python, 'tools/model_converters/extract_teacher.py',
                                  ckpts[-1], teacher], work_dir)
-    print(f'[3/4] teacher backbone of {osp.relpath(ckpts[-1], ROOT)} -> '
+    print(f'[3/{steps}] teacher backbone of {osp.relpath(ckpts[-1], ROOT)} -> '
           f'{osp.relpath(teacher, ROOT)}')
 
+    start = time.time()
+    rows = evaluate(DINO_CONFIG, teacher, data_root)
+    print(f'[4/{steps}] frozen features on the held-out split (mean [95 % bootstrap '
+          f'interval over images]) [{time.time() - start:.0f} s]')
+    print(format_comparison(rows))
+
     probe_dir = osp.join(work_dir, 'linear_probe')
-    classes = osp.join(data_root, 'classes.txt')
-    probe_opts = [f'model.backbone.init_cfg.checkpoint={teacher}',
-                  'model.backbone.init_cfg.prefix=None']
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        probe_opts += [f'{loader}.dataset.data_root={data_root}',
-                       f'{loader}.dataset.classes={classes}']
-    seconds = run_step('linear_probe', [python, 'tools/train.py', PROBE_CONFIG,
-                                        '--work-dir', probe_dir, '--cfg-options',
-                                        *probe_opts], work_dir)
-    records = read_scalars(probe_dir)
-    probe_losses = epoch_losses(records)
-    accuracies = [r['accuracy/top1'] for r in records if 'accuracy/top1' in r]
-    print(f'[4/4] linear probe ({PROBE_CONFIG}) [{seconds:.0f} s]')
-    print_curve(probe_losses)
-    print(f'      top-1 on the toy val split: {accuracies[-1]:.1f} % '
-          f'(chance {100 / num_classes:.0f} %)')
+    probe_losses = None
+    if args.probe:
+        classes = osp.join(data_root, 'classes.txt')
+        probe_opts = [f'model.backbone.init_cfg.checkpoint={teacher}',
+                      'model.backbone.init_cfg.prefix=None']
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+            probe_opts += [f'{loader}.dataset.data_root={data_root}',
+                           f'{loader}.dataset.classes={classes}']
+        seconds = run_step('linear_probe', [python, 'tools/train.py', PROBE_CONFIG,
+                                            '--work-dir', probe_dir, '--cfg-options',
+                                            *probe_opts], work_dir)
+        records = read_scalars(probe_dir)
+        probe_losses = epoch_losses(records)
+        accuracies = [r['accuracy/top1'] for r in records if 'accuracy/top1' in r]
+        print(f'[5/5] linear probe ({PROBE_CONFIG}) [{seconds:.0f} s]')
+        print_curve(probe_losses)
+        print(f'      top-1 on the toy val split: {accuracies[-1]:.1f} % '
+              f'(chance {100 / TOY_DATA["num_classes"]:.0f} %)')
 
     print('\nCheckpoints:')
     print(f'  DINO (student, teacher, centre, optimizer): {osp.relpath(ckpts[-1], ROOT)}')
@@ -148,16 +228,24 @@ def main(argv=None):
     for path in sorted(glob.glob(osp.join(probe_dir, 'epoch_*.pth'))):
         print(f'  linear probe:                               {osp.relpath(path, ROOT)}')
     print('Logs:')
-    for name in ('dino', 'extract_teacher', 'linear_probe'):
+    names = ('dino', 'extract_teacher') + (('linear_probe', ) if args.probe else ())
+    for name in names:
         print(f'  {osp.relpath(osp.join(work_dir, name + ".log"), ROOT)}')
-    for d in (dino_dir, probe_dir):
+    for d in (dino_dir, probe_dir) if args.probe else (dino_dir, ):
         print(f'  {osp.relpath(d, ROOT)}/<timestamp>/ (mmengine log and '
               'vis_data/scalars.json)')
     print()
-    for name, curve in (('DINO', losses), ('linear-probe', probe_losses)):
-        print(loss_fell(name, curve))
+    print(loss_fell('DINO', losses))
+    if probe_losses is not None:
+        print(loss_fell('linear-probe', probe_losses))
     print(f'(DINO: log K = {math.log(num_prototypes):.2f} is the loss of a uniform '
           'teacher and student)')
+    failed = not_beaten(rows)
+    if failed:
+        sys.exit('the DINO teacher does not beat the random backbone on: ' +
+                 '; '.join(failed))
+    print('The DINO teacher beats the same backbone at random initialisation on '
+          'k-NN accuracy and on Binary-AUC.')
 
 
 if __name__ == '__main__':
