@@ -268,12 +268,15 @@ class ModelSpec:
             ``ImageClassifier`` on this backbone).
         probe_checkpoint (str, optional): the trained probe (the whole
             classifier, as ``tools/train.py`` saves it); needs ``probe_config``.
+        cfg_options (dict, optional): overrides merged into ``config`` (as
+            ``--cfg-options``), e.g. ``{'model.backbone.arch.num_layers': 2}``.
     """
     name: str
     config: str
     checkpoint: Optional[str] = None
     probe_config: Optional[str] = None
     probe_checkpoint: Optional[str] = None
+    cfg_options: Optional[dict] = None
 
 
 def _config(path: str, what: str):
@@ -296,7 +299,10 @@ def load_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
     """
     from .mixing_rank import (backbone_config, build_backbone, initialise_weights,
                               load_backbone_checkpoint)
-    cfg = backbone_config(_config(spec.config, f'model {spec.name!r}:'))
+    config = _config(spec.config, f'model {spec.name!r}:')
+    if spec.cfg_options:
+        config.merge_from_dict(spec.cfg_options)
+    cfg = backbone_config(config)
     cfg.pop('init_cfg', None)
     torch.manual_seed(seed)
     try:

@@ -19,6 +19,8 @@ validation split, label maps at the same relative paths under a mask prefix.
 import argparse
 import sys
 
+from mmengine.config import DictAction
+
 from mmdinomamba.analysis.comparison import ModelSpec, compare_models, load_split
 from mmdinomamba.analysis.comparison_report import display, write_comparison_report
 
@@ -57,17 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--device', default='cpu', help="'cpu' or 'cuda[:i]'")
     parser.add_argument('--title', default='Token mixers side by side')
     parser.add_argument('--no-progress', action='store_true')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='overrides merged into every model config, key=value')
     return parser
 
 
-def specs_from_args(models, probes) -> list:
+def specs_from_args(models, probes, cfg_options=None) -> list:
     """ModelSpecs from the ``--model`` and ``--probe`` triples."""
     specs = {}
     for name, config, checkpoint in models:
         if name in specs:
             raise ValueError(f'--model {name!r} is given twice')
         specs[name] = ModelSpec(name, config,
-                                None if checkpoint == 'random' else checkpoint)
+                                None if checkpoint == 'random' else checkpoint,
+                                cfg_options=cfg_options)
     for name, config, checkpoint in probes:
         if name not in specs:
             raise ValueError(f'--probe {name!r} names no --model; models: '
@@ -80,7 +85,7 @@ def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        specs = specs_from_args(args.model, args.probe)
+        specs = specs_from_args(args.model, args.probe, args.cfg_options)
         train = load_split(args.data_root, args.train_ann, args.train_prefix,
                            args.img_size, limit=args.max_train)
         val = load_split(args.data_root, args.val_ann, args.val_prefix,
