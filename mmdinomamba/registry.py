@@ -27,7 +27,7 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.models.backbones.LinearViT', 'MODELS', ALL),
     ('mmdinomamba.evaluation.BinaryAUC', 'METRICS', CLS_SEG),
     # Binary-AUC evaluation: activation maps as predictions, ImageNet-S label maps
-    ('mmdinomamba.models.ActivationMapModel', 'MODELS', CLS_SEG),
+    ('mmdinomamba.analysis.ActivationMapModel', 'MODELS', CLS_SEG),
     ('mmdinomamba.datasets.imagenet_s.ImageNetS', 'DATASETS', PRETRAIN),
     ('mmdinomamba.datasets.transforms.LoadRGBLabelMap', 'TRANSFORMS', PRETRAIN),
     # layer-wise lr decay for UperNet / Cascade Mask R-CNN fine-tuning

@@ -1,7 +1,7 @@
 """Pictures and per-layer numbers of activation maps against label maps.
 
 The engine of ``tools/analysis/activation_maps.py``: it feeds dataset samples
-through an :class:`~mmdinomamba.models.ActivationMapModel`, scores the maps of
+through an :class:`~mmdinomamba.analysis.ActivationMapModel`, scores the maps of
 every layer with :class:`~mmdinomamba.evaluation.BinaryAUC` (the metric of the
 config) and draws
 

@@ -32,8 +32,10 @@ Maps are upsampled bilinearly (``align_corners=False``) from the patch grid to
 the image size. Interpolation is linear, so the mean of the upsampled head maps
 is the upsampled mean.
 
-Which token features a layer gives (``feature_source``) follows the backbone: for
-DinoVim and LinearViT it is their ``forward_tokens`` argument; mmpretrain's
+Tokens, their layout and the mixer inputs come from the backbone's
+``forward_intermediates`` (:mod:`mmdinomamba.analysis.adapters`). Which token
+features a layer gives (``feature_source``) follows the backbone: for DinoVim and
+LinearViT it is their ``feature_source`` argument; mmpretrain's
 ``VisionTransformer`` gets the same two meanings, 'residual' (block output, the
 final LayerNorm on the last block if ``final_norm``: what the backbone returns)
 and 'normed' (the final LayerNorm on every block).
@@ -44,19 +46,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmdinomamba.models.backbones import DinoVim, LinearViT
-from mmdinomamba.models.backbones.base import PlainBackbone, TokenLayout
-from mmdinomamba.models.backbones.dino_vim import FEATURE_SOURCES as VIM_SOURCES
-from mmdinomamba.models.backbones.linear_vit import \
-    FEATURE_SOURCES as LINEAR_VIT_SOURCES
-from .mixing import (backbone_layers, capture_mixer_inputs, find_mixer, mixer_info,
-                     mixer_kind, mixing_matrices, normalise_layers)
+from mmdinomamba.models.backbones import TokenLayout
+from .adapters import as_backbone, as_mixer, eval_no_grad, normalise_layers
+from .mixing import mixing_matrices
 
 Tensor = torch.Tensor
 
 METHODS = ('cosine', 'attention')
 ATTENTION_KINDS = ('softmax', 'linear')
-VIT_SOURCES = ('residual', 'normed')
 
 __all__ = [
     'ATTENTION_KINDS', 'METHODS', 'ActivationMaps', 'activation_maps',
@@ -76,24 +73,11 @@ class ActivationMaps(NamedTuple):
     mean: Tensor
 
 
-def _mmpretrain_vit():
-    """mmpretrain's ``VisionTransformer`` class, or None when it is absent."""
+def _api(backbone):
     try:
-        from mmpretrain.models.backbones import VisionTransformer
-    except ImportError:
-        return None
-    return VisionTransformer
-
-
-def _is_vit(backbone: nn.Module) -> bool:
-    vit = _mmpretrain_vit()
-    return vit is not None and isinstance(backbone, vit)
-
-
-def _check_backbone(backbone: nn.Module) -> None:
-    if not isinstance(backbone, PlainBackbone) and not _is_vit(backbone):
-        raise ValueError(f'activation maps support DinoVim, LinearViT and '
-                         f'mmpretrain VisionTransformer, got {type(backbone).__name__}')
+        return as_backbone(backbone)
+    except ValueError as err:
+        raise ValueError(f'activation maps: {err}') from None
 
 
 def _check_images(images: Tensor) -> None:
@@ -107,14 +91,7 @@ def _check_images(images: Tensor) -> None:
 
 def feature_sources(backbone: nn.Module) -> Tuple[str, ...]:
     """The ``feature_source`` values a backbone accepts."""
-    if isinstance(backbone, DinoVim):
-        return VIM_SOURCES
-    if isinstance(backbone, LinearViT):
-        return LINEAR_VIT_SOURCES
-    if _is_vit(backbone):
-        return VIT_SOURCES
-    _check_backbone(backbone)
-    return ('residual', 'normed')
+    return tuple(_api(backbone).feature_sources)
 
 
 def token_layout(backbone: nn.Module, images: Tensor) -> TokenLayout:
@@ -127,52 +104,9 @@ def token_layout(backbone: nn.Module, images: Tensor) -> TokenLayout:
     Returns:
         TokenLayout: readout positions, patch positions (raster order), grid (h, w).
     """
-    _check_backbone(backbone)
-    with torch.no_grad():
-        _, hw = backbone.patch_embed(images[:1])
-    hw = (int(hw[0]), int(hw[1]))
-    if isinstance(backbone, PlainBackbone):
-        return backbone.token_layout(hw, images.device)
-    if backbone.cls_token is None:
-        raise ValueError('this VisionTransformer has no [CLS] token '
-                         '(with_cls_token=False): it has no readout token')
-    first = backbone.num_extra_tokens
-    return TokenLayout(readout=torch.tensor([0], device=images.device),
-                       patches=torch.arange(first, first + hw[0] * hw[1],
-                                            device=images.device), hw=hw)
-
-
-class _Stop(Exception):
-    """Raised by the hook of the last requested layer to end the forward pass."""
-
-
-def _vit_tokens(vit: nn.Module, images: Tensor, indices: Sequence[int],
-                source: str) -> Dict[int, Tensor]:
-    """Block outputs of mmpretrain's ViT, through forward hooks on its layers."""
-    if source == 'normed' and not vit.final_norm:
-        raise ValueError("feature_source='normed' needs the final LayerNorm, but "
-                         'this VisionTransformer has final_norm=False')
-    captured: Dict[int, Tensor] = {}
-    last = max(indices)
-
-    def hook_for(index):
-        def hook(module, args, output):
-            captured[index] = output
-            if index == last:
-                raise _Stop
-        return hook
-
-    handles = [vit.layers[i].register_forward_hook(hook_for(i)) for i in indices]
-    try:
-        vit(images)
-    except _Stop:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
-    depth = len(vit.layers)
-    return {i: vit.ln1(t) if source == 'normed' or (i == depth - 1 and vit.final_norm)
-            else t for i, t in captured.items()}
+    api = _api(backbone)
+    with eval_no_grad(api):
+        return api.forward_intermediates(images[:1], [0]).layout
 
 
 def layer_tokens(backbone: nn.Module, images: Tensor, layers: Sequence[int],
@@ -193,26 +127,15 @@ def layer_tokens(backbone: nn.Module, images: Tensor, layers: Sequence[int],
         tuple: dict block index (non-negative) -> (batch, seqlen, dim), and the
         :class:`TokenLayout`.
     """
-    _check_backbone(backbone)
+    api = _api(backbone)
     _check_images(images)
-    indices = normalise_layers(layers, len(backbone_layers(backbone)))
-    sources = feature_sources(backbone)
-    if feature_source is not None and feature_source not in sources:
+    indices = normalise_layers(layers, api.num_layers)
+    if feature_source is not None and feature_source not in api.feature_sources:
         raise ValueError(f'{type(backbone).__name__}: unknown feature_source '
-                         f'{feature_source!r}; choose one of {sources}')
-    was_training = backbone.training
-    backbone.eval()
-    try:
-        with torch.no_grad():
-            if isinstance(backbone, PlainBackbone):
-                tokens, layout = backbone.embed(images)
-                feats = backbone.forward_tokens(tokens, indices, feature_source)
-                return dict(zip(indices, feats)), layout
-            layout = token_layout(backbone, images)
-            return _vit_tokens(backbone, images, indices,
-                               feature_source or 'residual'), layout
-    finally:
-        backbone.train(was_training)
+                         f'{feature_source!r}; choose one of {api.feature_sources}')
+    with eval_no_grad(api):
+        out = api.forward_intermediates(images, indices, feature_source)
+    return out.features, out.layout
 
 
 def cosine_similarity_maps(readout: Tensor, patches: Tensor, hw: Tuple[int, int],
@@ -254,38 +177,36 @@ def upsample_maps(maps: Tensor, size: Tuple[int, int]) -> Tensor:
     return F.interpolate(maps, size=tuple(size), mode='bilinear', align_corners=False)
 
 
-def _num_heads(backbone: nn.Module, index: int, dim: int,
-               num_heads: Optional[int]) -> int:
+def _num_heads(api, index: int, dim: int, num_heads: Optional[int]) -> int:
     if num_heads is not None:
         return num_heads
-    heads = mixer_info(find_mixer(backbone_layers(backbone)[index])).nheads
+    heads = as_mixer(api.token_mixer(index)).mixing_info().nheads
     if dim % heads:
         raise ValueError(f'layer {index}: its mixer has {heads} heads, which do not '
                          f'divide the {dim} channels; pass num_heads')
     return heads
 
 
-def _attention_rows(backbone: nn.Module, images: Tensor,
-                    indices: Sequence[int]) -> Dict[int, Tensor]:
+def _attention_rows(api, images: Tensor, indices: Sequence[int]) -> Dict[int, Tensor]:
     """The readout row of each head's attention matrix at the patch keys.
 
     Returns:
         dict: block index -> (batch, heads, h, w).
     """
-    blocks = backbone_layers(backbone)
     for i in indices:
-        kind = mixer_kind(find_mixer(blocks[i]))
+        kind = as_mixer(api.token_mixer(i)).mixing_info().kind
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"method='attention' needs an attention mixer "
                              f'({ATTENTION_KINDS}); layer {i} of '
-                             f"{type(backbone).__name__} mixes with '{kind}': use "
-                             "method='cosine'")
-    layout = token_layout(backbone, images)
-    inputs = capture_mixer_inputs(backbone, images, indices)
+                             f"{type(getattr(api, 'module', api)).__name__} mixes "
+                             f"with '{kind}': use method='cosine'")
+    with eval_no_grad(api):
+        out = api.forward_intermediates(images, indices, mixer_inputs=True)
+    layout = out.layout
     rows = {}
     for i in indices:
-        u = inputs[i]
-        matrix = mixing_matrices(find_mixer(blocks[i]), u,
+        u = out.mixer_inputs[i]
+        matrix = mixing_matrices(api.token_mixer(i), u,
                                  dtype=torch.promote_types(u.dtype, torch.float32))
         row = matrix['attention'][:, :, layout.readout].mean(dim=2)
         rows[i] = row[..., layout.patches].reshape(*row.shape[:2], *layout.hw)
@@ -321,21 +242,21 @@ def layer_activation_maps(backbone: nn.Module,
     """
     if method not in METHODS:
         raise ValueError(f'unknown method {method!r}; choose one of {METHODS}')
-    _check_backbone(backbone)
+    api = _api(backbone)
     _check_images(images)
-    depth = len(backbone_layers(backbone))
+    depth = api.num_layers
     indices = normalise_layers(range(depth) if layers is None else layers, depth)
     if method == 'attention':
         if num_heads is not None or feature_source is not None:
             raise ValueError("method='attention' reads the mixer's own heads and "
                              'input: num_heads and feature_source must be None')
-        grids = _attention_rows(backbone, images, indices)
+        grids = _attention_rows(api, images, indices)
     else:
-        tokens, layout = layer_tokens(backbone, images, indices, feature_source)
+        tokens, layout = layer_tokens(api, images, indices, feature_source)
         grids = {}
         for i, t in tokens.items():
             readout = t[:, layout.readout].mean(dim=1)
-            heads = _num_heads(backbone, i, t.shape[-1], num_heads)
+            heads = _num_heads(api, i, t.shape[-1], num_heads)
             grids[i] = cosine_similarity_maps(readout, t[:, layout.patches],
                                               layout.hw, heads)
     out = {}

@@ -1,6 +1,8 @@
 """Materialise the token-mixing matrix ``M`` (``Y = M X``) of a backbone layer.
 
-Three kinds of token mixer, recognised by class (see :data:`MIXER_KINDS`):
+Three kinds of token mixer (see :data:`MIXER_KINDS`); each says what it is
+through the mixing-matrix protocol (:class:`~mmdinomamba.models.mixers.TokenMixer`,
+mmpretrain's attention through :class:`~.adapters.MMPretrainAttention`):
 
 =========  ======================================  ==========================================
 kind       mixer                                   M, per head (batch, nheads, seqlen, seqlen)
@@ -19,7 +21,7 @@ and the output projection (``X`` from :func:`mixing_values`):
 * softmax and linear (key ``'attention'``): ``X`` is the value projection ``V``
   of each head and ``M V`` is that head's slice of the input of ``attn.proj``.
   The softmax logit scale is read from the attention function the module
-  actually calls (:func:`softmax_logit_scale`). In mmpretrain 1.2.0 that is
+  actually calls (:meth:`~.adapters.MMPretrainAttention.logit_scale`). In mmpretrain 1.2.0 that is
   ``head_dims ** -0.5`` with the default ``qk_scale=None`` (PyTorch's
   ``scaled_dot_product_attention``), but with any ``qk_scale`` set it is
   ``head_dims ** +0.5``: the module then calls its own Python implementation
@@ -31,7 +33,7 @@ and the output projection (``X`` from :func:`mixing_values`):
   that enters that direction's gated RMSNorm. The backward matrix is given in
   sequence order (upper triangular). The SSD math is
   :func:`mmdinomamba.ops.ssd_mixing_matrix`, reached through the mixer's own
-  ``mixing_matrices``.
+  ``mixing_matrices`` and ``mixing_values``.
 * ssd ``'combined'`` = ``(M_forward + M_backward) / 2``. Each direction has its
   own gated RMSNorm and its own depthwise conv, and the mixer averages the two
   *normed* outputs, so no single matrix maps one ``X`` to the mixer's output.
@@ -44,107 +46,52 @@ and the output projection (``X`` from :func:`mixing_values`):
   those above from ``M_b`` alone.
 """
 import copy
-from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import Dict, Sequence
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 
-from mmdinomamba.models.mixers import LinearAttention, SSDMixer
-from mmdinomamba.ops import ssd_decay_mask
+from mmdinomamba.models.mixers import MIXER_KINDS, MixerInfo
+from .adapters import (as_backbone, as_mixer, eval_no_grad, is_mixer, normalise_layers,
+                       softmax_attention_matrix)
 
 Tensor = torch.Tensor
 
-MIXER_KINDS = ('softmax', 'linear', 'ssd')
+__all__ = [
+    'MIXER_KINDS', 'MixerInfo', 'capture_mixer_inputs', 'find_mixer', 'mixer_info',
+    'mixer_kind', 'mixing_matrices', 'mixing_values', 'normalise_layers',
+    'num_layers', 'softmax_attention_matrix', 'softmax_logit_scale', 'ssd_decay_masks'
+]
 
 
-def _mmpretrain_attention():
-    """mmpretrain's ``MultiheadAttention`` class, or None when mmpretrain is absent."""
-    try:
-        from mmpretrain.models.utils.attention import MultiheadAttention
-    except ImportError:
-        return None
-    return MultiheadAttention
-
-
-def mixer_kind(module: nn.Module) -> Optional[str]:
+def mixer_kind(module: nn.Module):
     """'ssd', 'linear', 'softmax' or None when ``module`` is not a known mixer."""
-    if isinstance(module, SSDMixer):
-        return 'ssd'
-    if isinstance(module, LinearAttention):
-        return 'linear'
-    mha = _mmpretrain_attention()
-    if mha is not None and isinstance(module, mha):
-        return 'softmax'
-    return None
-
-
-@dataclass(frozen=True)
-class MixerInfo:
-    """What the rank bounds need to know about a mixer.
-
-    Attributes:
-        kind (str): one of :data:`MIXER_KINDS`.
-        nheads (int): heads (matrices per key).
-        d_qk (int): query/key channels per head (softmax, linear); for ssd the
-            state size N (the width of C and B).
-        keys (tuple): names of the matrices :func:`mixing_matrices` returns.
-    """
-    kind: str
-    nheads: int
-    d_qk: int
-    keys: tuple
+    return as_mixer(module).mixing_info().kind if is_mixer(module) else None
 
 
 def mixer_info(mixer: nn.Module) -> MixerInfo:
-    """Kind, heads, D_QK (or N) and matrix names of a known mixer."""
-    kind = mixer_kind(mixer)
-    if kind == 'ssd':
-        keys = (('forward', 'backward', 'combined') if mixer.bidirectional else
-                ('forward', ))
-        return MixerInfo(kind, mixer.nheads, mixer.d_state, keys)
-    if kind == 'linear':
-        return MixerInfo(kind, mixer.num_heads, mixer.dim // mixer.num_heads,
-                         ('attention', ))
-    if kind == 'softmax':
-        return MixerInfo(kind, mixer.num_heads, mixer.head_dims, ('attention', ))
-    raise ValueError(f'{type(mixer).__name__} is not a known token mixer; known: '
-                     'SSDMixer, LinearAttention, mmpretrain MultiheadAttention')
+    """Kind, heads, D_QK (or N) and matrix names of a known mixer.
+
+    The names are the mixer's own, plus ``'combined'`` for a mixer with both a
+    'forward' and a 'backward' matrix (see the module docstring).
+    """
+    info = as_mixer(mixer).mixing_info()
+    if {'forward', 'backward'} <= set(info.keys):
+        return MixerInfo(info.kind, info.nheads, info.d_qk, info.keys + ('combined', ))
+    return info
 
 
-def backbone_layers(backbone: nn.Module) -> nn.ModuleList:
-    """The block list (``backbone.layers``) of DinoVim, LinearViT or mmpretrain ViT."""
-    layers = getattr(backbone, 'layers', None)
-    if not isinstance(layers, nn.ModuleList):
-        raise ValueError(f'{type(backbone).__name__} has no `layers` ModuleList; '
-                         'supported: DinoVim, LinearViT, mmpretrain VisionTransformer')
-    return layers
+def num_layers(backbone) -> int:
+    """The number of blocks of a supported backbone."""
+    return as_backbone(backbone).num_layers
 
 
 def find_mixer(layer: nn.Module) -> nn.Module:
     """The first known token mixer inside a block."""
     for module in layer.modules():
-        if mixer_kind(module) is not None:
+        if is_mixer(module):
             return module
     raise ValueError(f'no known token mixer inside {type(layer).__name__}')
-
-
-def normalise_layers(layers: Sequence[int], depth: int) -> list:
-    """Layer indices (negative from the end) -> sorted unique indices in [0, depth)."""
-    out = set()
-    for i in layers:
-        j = i + depth if i < 0 else i
-        if not 0 <= j < depth:
-            raise ValueError(f'layer {i} is out of range for depth {depth}')
-        out.add(j)
-    if not out:
-        raise ValueError('no layers given')
-    return sorted(out)
-
-
-class _Captured(Exception):
-    """Raised by the last capture hook to stop the forward pass early."""
 
 
 @torch.no_grad()
@@ -152,10 +99,8 @@ def capture_mixer_inputs(backbone: nn.Module, images: Tensor,
                          layers: Sequence[int]) -> Dict[int, Tensor]:
     """The input of the token mixer of each requested layer.
 
-    Runs the backbone in eval mode with forward pre-hooks on the mixers and stops
-    after the last requested one. Our plain backbones run ``embed`` and
-    ``forward_tokens`` (so their ``out_indices`` do not cut the pass short);
-    others (mmpretrain's ViT) run ``backbone(images)``.
+    Runs the backbone's ``forward_intermediates`` in eval mode, which stops after
+    the last requested block (``out_indices`` play no part).
 
     Args:
         backbone (nn.Module): DinoVim, LinearViT or mmpretrain VisionTransformer.
@@ -166,38 +111,16 @@ def capture_mixer_inputs(backbone: nn.Module, images: Tensor,
         dict: layer index -> (batch, seqlen, dim), the normed tokens the mixer
         reads (the mixer's own input).
     """
-    blocks = backbone_layers(backbone)
-    indices = normalise_layers(layers, len(blocks))
-    captured: Dict[int, Tensor] = {}
-    last = indices[-1]
-
-    def hook_for(index):
-        def hook(module, args):
-            captured[index] = args[0].detach()
-            if index == last:
-                raise _Captured
-        return hook
-
-    handles = [find_mixer(blocks[i]).register_forward_pre_hook(hook_for(i))
-               for i in indices]
-    was_training = backbone.training
-    backbone.eval()
-    try:
-        if hasattr(backbone, 'embed') and hasattr(backbone, 'forward_tokens'):
-            backbone.forward_tokens(backbone.embed(images)[0], [last])
-        else:
-            backbone(images)
-    except _Captured:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
-        backbone.train(was_training)
+    api = as_backbone(backbone)
+    indices = normalise_layers(layers, api.num_layers)
+    with eval_no_grad(api):
+        captured = api.forward_intermediates(images, indices, mixer_inputs=True
+                                             ).mixer_inputs
     missing = [i for i in indices if i not in captured]
     if missing:
         raise RuntimeError(f'the forward pass never reached the mixers of layers '
                            f'{missing}')
-    return captured
+    return {i: captured[i].detach() for i in indices}
 
 
 def _in_dtype(mixer: nn.Module, u: Tensor, dtype: torch.dtype):
@@ -209,52 +132,13 @@ def _in_dtype(mixer: nn.Module, u: Tensor, dtype: torch.dtype):
         raise ValueError('mixer input contains NaN or Inf values')
     if any(p.dtype != dtype for p in mixer.parameters()):
         mixer = copy.deepcopy(mixer).to(dtype)
-    return mixer, u.to(dtype)
-
-
-def _softmax_qkv(attn: nn.Module, u: Tensor):
-    """q, k, v of mmpretrain's MultiheadAttention, each (batch, nheads, seqlen,
-    head_dims)."""
-    qkv = attn.qkv(u)
-    return rearrange(qkv, 'b l (three h d) -> three b h l d', three=3,
-                     h=attn.num_heads).unbind(0)
+    return as_mixer(mixer), u.to(dtype)
 
 
 def softmax_logit_scale(attn: nn.Module) -> float:
-    """The factor mmpretrain's ``MultiheadAttention`` multiplies ``q k^T`` by.
-
-    Read from ``attn.scaled_dot_product_attention``, the function its forward
-    calls: PyTorch's ``scaled_dot_product_attention`` multiplies by its
-    ``scale`` (default ``head_dims ** -0.5``); mmpretrain's
-    ``scaled_dot_product_attention_pyimpl`` divides by its ``scale`` (default
-    ``head_dims ** 0.5``). Either may come wrapped in ``functools.partial``.
-    """
-    import functools
-
-    import torch.nn.functional as F
-    fn = getattr(attn, 'scaled_dot_product_attention', None)
-    scale = None
-    if isinstance(fn, functools.partial):
-        fn, scale = fn.func, fn.keywords.get('scale')
-    if fn is F.scaled_dot_product_attention:
-        return attn.head_dims ** -0.5 if scale is None else scale
-    if getattr(fn, '__name__', '') == 'scaled_dot_product_attention_pyimpl':
-        return 1.0 / (attn.head_dims ** 0.5 if scale is None else scale)
-    raise ValueError(f'{type(attn).__name__}: unknown attention function {fn!r}; '
-                     'cannot tell its logit scale')
-
-
-def softmax_attention_matrix(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    """``softmax(q k^T * scale)`` over the keys.
-
-    Args:
-        q, k (Tensor): (batch, nheads, seqlen, head_dims).
-        scale (float): the logit scale.
-
-    Returns:
-        Tensor: (batch, nheads, seqlen, seqlen), rows summing to 1.
-    """
-    return (torch.einsum('bhld,bhsd->bhls', q, k) * scale).softmax(dim=-1)
+    """The factor mmpretrain's ``MultiheadAttention`` multiplies ``q k^T`` by
+    (:meth:`~.adapters.MMPretrainAttention.logit_scale`)."""
+    return as_mixer(attn).logit_scale()
 
 
 @torch.no_grad()
@@ -272,13 +156,10 @@ def mixing_matrices(mixer: nn.Module, u: Tensor,
         dict: key -> (batch, nheads, seqlen, seqlen); keys are
         ``mixer_info(mixer).keys`` (see the module docstring for their meaning).
     """
-    info = mixer_info(mixer)
+    keys = mixer_info(mixer).keys
     mixer, u = _in_dtype(mixer, u, dtype)
-    if info.kind == 'softmax':
-        q, k, _ = _softmax_qkv(mixer, u)
-        return {'attention': softmax_attention_matrix(q, k, softmax_logit_scale(mixer))}
     mats = dict(mixer.mixing_matrices(u))
-    if info.kind == 'ssd' and mixer.bidirectional:
+    if 'combined' in keys:
         mats['combined'] = (mats['forward'] + mats['backward']) / 2
     return mats
 
@@ -298,28 +179,18 @@ def mixing_values(mixer: nn.Module, u: Tensor,
         ('attention') or the direction's conv output ``x_d`` in sequence order
         ('forward', 'backward').
     """
-    info = mixer_info(mixer)
+    mixer_info(mixer)
     mixer, u = _in_dtype(mixer, u, dtype)
-    if info.kind == 'softmax':
-        return {'attention': _softmax_qkv(mixer, u)[2]}
-    if info.kind == 'linear':
-        return {'attention': mixer._qkv(u)[2]}
-    zxbcdt = mixer.in_proj(u)
-    out = {}
-    for direction in mixer.directions:
-        flip = direction == 'backward'
-        x = mixer.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt, direction)['x']
-        out[direction] = rearrange(x.flip(1) if flip else x, 'b l h p -> b h l p')
-    return out
+    return dict(mixer.mixing_values(u))
 
 
 @torch.no_grad()
-def ssd_decay_masks(mixer: SSDMixer, u: Tensor,
+def ssd_decay_masks(mixer: nn.Module, u: Tensor,
                     dtype: torch.dtype = torch.float64) -> Dict[str, Tensor]:
     """The learnable mask ``L`` of each SSD direction, in sequence order.
 
     Args:
-        mixer (SSDMixer): the mixer.
+        mixer (nn.Module): an SSD mixer (one with ``decay_masks``).
         u (Tensor): (batch, seqlen, dim).
         dtype (torch.dtype): Defaults to float64.
 
@@ -327,15 +198,8 @@ def ssd_decay_masks(mixer: SSDMixer, u: Tensor,
         dict: 'forward' (and 'backward', upper triangular) ->
         (batch, nheads, seqlen, seqlen), from :func:`mmdinomamba.ops.ssd_decay_mask`.
     """
-    if mixer_kind(mixer) != 'ssd':
-        raise ValueError('ssd_decay_masks needs an SSDMixer, got '
-                         f'{type(mixer).__name__}')
+    if mixer_kind(mixer) != 'ssd' or not hasattr(mixer, 'decay_masks'):
+        raise ValueError('ssd_decay_masks needs an SSD mixer (kind ssd, with '
+                         f'decay_masks), got {type(mixer).__name__}')
     mixer, u = _in_dtype(mixer, u, dtype)
-    zxbcdt = mixer.in_proj(u)
-    out = {}
-    for direction in mixer.directions:
-        flip = direction == 'backward'
-        a = mixer.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt, direction)
-        L = ssd_decay_mask(a['dt'], a['A'], a['dt_bias'], dt_softplus=True)
-        out[direction] = L.flip(-1).flip(-2) if flip else L
-    return out
+    return dict(mixer.decay_masks(u))

@@ -9,14 +9,17 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
+from mmdinomamba.analysis.images import (DEFAULT_PREPROCESSOR, ImagePipeline,
+                                         folder_images, toy_images)
+from mmdinomamba.analysis.loading import backbone_config, load_backbone
 from mmdinomamba.analysis.mixing import MixerInfo
-from mmdinomamba.analysis.mixing_rank import (IMAGENET_MEAN, IMAGENET_STD,
-                                              SUMMARY_COLUMNS, analyse_backbone,
-                                              backbone_config, build_backbone,
-                                              folder_images, format_table,
-                                              load_backbone_checkpoint, offdiag_bounds,
-                                              preprocess, toy_images, write_report)
+from mmdinomamba.analysis.mixing_rank import (SUMMARY_COLUMNS, analyse_backbone,
+                                              offdiag_bounds)
+from mmdinomamba.analysis.rank_report import format_table, write_report
 from mmdinomamba.models import DinoVim, LinearViT
+from mmdinomamba.models.checkpoint import load_backbone_checkpoint
+
+IMAGENET_MEAN, IMAGENET_STD = DEFAULT_PREPROCESSOR['mean'], DEFAULT_PREPROCESSOR['std']
 
 REPO = osp.join(osp.dirname(__file__), '..', '..')
 FIXTURE = osp.join(REPO, '..', 'shared', 'fixtures', 'official_vim_d256_depth4.pt')
@@ -47,8 +50,8 @@ def test_backbone_config_both_forms():
 
 
 def test_build_backbone_from_config():
-    backbone = build_backbone(dict(type='DinoVim', arch=dict(embed_dims=32,
-                                                             num_layers=2)))
+    backbone = load_backbone(dict(type='DinoVim', arch=dict(embed_dims=32,
+                                                            num_layers=2)))
     assert isinstance(backbone, DinoVim) and len(backbone.layers) == 2
 
 
@@ -77,41 +80,47 @@ def test_checkpoint_round_trip_with_prefix(tmp_path):
 def test_official_fixture_loads_through_the_config():
     cfg = Config.fromfile(
         osp.join(REPO, 'configs', 'analysis', 'dinovim-d256-depth4_p16_224px.py'))
-    backbone = build_backbone(backbone_config(cfg))
+    backbone = load_backbone(cfg)
     assert load_backbone_checkpoint(backbone, FIXTURE) == ''
     state = torch.load(FIXTURE)['state_dict']
     torch.testing.assert_close(backbone.layers[3].mixer.A_log_b,
                                state['layers.3.mixer.A_log_b'], rtol=0, atol=0)
 
 
+def pipeline(size):
+    """The default pipeline and preprocessor (a config with only a model)."""
+    return ImagePipeline(Config(dict(model=dict(type='DinoVim'))), size)
+
+
 def test_preprocess_and_image_sources(tmp_path):
     # a 40 x 60 image: resized to 32 x 48, centre column block kept
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
-    out = preprocess(image, 32)
+    pipe = pipeline(32)
+    out = pipe.from_arrays([image])[0]
     assert out.shape == (3, 32, 32)
     flat = np.full((40, 60, 3), 200, np.uint8)
     expected = (200 - np.array(IMAGENET_MEAN)) / np.array(IMAGENET_STD)
-    torch.testing.assert_close(preprocess(flat, 32)[:, 5, 7].double(),
+    torch.testing.assert_close(pipe.from_arrays([flat])[0][:, 5, 7].double(),
                                torch.from_numpy(expected), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match='uint8 RGB'):
-        preprocess(image[..., 0], 32)
+        pipe.from_arrays([image[..., 0]])
     (tmp_path / 'a' / 'b').mkdir(parents=True)
     for i, sub in enumerate(('a', 'a/b', '.')):
         Image.fromarray(image).save(str(tmp_path / sub / f'img{i}.png'))
     (tmp_path / 'notes.txt').write_text('not an image')
-    images = folder_images(str(tmp_path), 5, 32)
+    images = folder_images(pipe, str(tmp_path), 5)
     assert images.shape == (3, 3, 32, 32)
     torch.testing.assert_close(images[0], out)
     (tmp_path / 'empty').mkdir()
     with pytest.raises(ValueError, match='no images'):
-        folder_images(str(tmp_path / 'empty'), 1, 32)
+        folder_images(pipe, str(tmp_path / 'empty'), 1)
     with pytest.raises(FileNotFoundError):
-        folder_images(str(tmp_path / 'missing'), 1, 32)
-    toy = toy_images(3, 32, seed=0)
+        folder_images(pipe, str(tmp_path / 'missing'), 1)
+    toy = toy_images(pipe, 3, 32, seed=0)
     assert toy.shape == (3, 3, 32, 32) and torch.isfinite(toy).all()
-    torch.testing.assert_close(toy, toy_images(3, 32, seed=0))
-    assert not torch.equal(toy, toy_images(3, 32, seed=1))
+    torch.testing.assert_close(toy, toy_images(pipe, 3, 32, seed=0))
+    assert not torch.equal(toy, toy_images(pipe, 3, 32, seed=1))
 
 
 def test_offdiag_bounds_per_kind():
@@ -130,7 +139,7 @@ def test_offdiag_bounds_per_kind():
 
 @pytest.fixture(scope='module')
 def reports():
-    images = toy_images(2, 48, seed=0)
+    images = toy_images(pipeline(48), 2, 48, seed=0)
     return {name: analyse_backbone(build(), images, chunk=8, progress=False)
             for name, build in (('ssd', tiny_dinovim), ('linear', tiny_linear_vit))}
 
@@ -163,7 +172,8 @@ def test_analyse_backbone_linear(reports):
         assert s['offdiag_rank_max'] <= 8
         assert s['within_bounds'] and s['mask_rank_max'] is None
     with pytest.raises(ValueError, match='chunk'):
-        analyse_backbone(tiny_linear_vit(), toy_images(1, 48), chunk=0, progress=False)
+        analyse_backbone(tiny_linear_vit(), toy_images(pipeline(48), 1, 48), chunk=0,
+                         progress=False)
     with pytest.raises(ValueError, match='images must have shape'):
         analyse_backbone(tiny_linear_vit(), torch.zeros(3, 48, 48), progress=False)
 

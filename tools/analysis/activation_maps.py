@@ -23,20 +23,19 @@ import argparse
 import os.path as osp
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.logging import print_log
-from mmengine.registry import DATASETS, MODELS, init_default_scope
-from mmengine.runner import load_checkpoint
+from mmengine.registry import DATASETS
 
-import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.analysis.activation_map_report import (display_images, label_map,
                                                         layer_auc, map_aucs,
                                                         plot_layer_auc,
                                                         plot_map_grid,
                                                         preprocess_samples)
 from mmdinomamba.analysis.activation_maps import activation_maps
-from mmdinomamba.analysis.mixing import backbone_layers, normalise_layers
-from mmdinomamba.engine import allow_mmengine_checkpoint_types, dump_atomic
+from mmdinomamba.analysis.loading import load_backbone, load_config
+from mmdinomamba.analysis.mixing import normalise_layers, num_layers
+from mmdinomamba.engine import dump_atomic
 
 
 def parse_args(argv=None):
@@ -57,6 +56,9 @@ def parse_args(argv=None):
                         help='images per forward pass (default: 8)')
     parser.add_argument('--dpi', type=int, default=100,
                         help='resolution of the grid PNG (default: 100)')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='load a checkpoint that does not cover the backbone '
+                        '(missing keys keep their random init; default: fail)')
     parser.add_argument('--device', help='default: cuda when available, else cpu')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
@@ -71,21 +73,13 @@ def main(argv=None):
                              f'{getattr(args, name)}')
     if args.checkpoint and not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     if cfg.model.get('type') != 'ActivationMapModel':
         raise ValueError(f"{args.config}: model.type must be 'ActivationMapModel' "
                          '(a configs/binary_auc/ config), got '
                          f"{cfg.model.get('type')!r}")
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    model = MODELS.build(cfg.model)
-    if args.checkpoint:
-        allow_mmengine_checkpoint_types()
-        load_checkpoint(model, args.checkpoint, map_location='cpu')
-    else:
-        model.init_weights()
-        print_log('no checkpoint: the model is randomly initialised', logger='current')
+    model = load_backbone(cfg, args.checkpoint, strict=not args.no_strict,
+                          part='model')
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     model.to(device).eval()
     dataset = DATASETS.build(cfg.test_dataloader.dataset)
@@ -98,7 +92,7 @@ def main(argv=None):
                            model.num_heads, model.feature_source)
     labels = [label_map(s) for s in samples]
     aucs = map_aucs(maps, labels, evaluator_cfg)
-    depth = len(backbone_layers(model.backbone))
+    depth = num_layers(model.backbone)
     block = normalise_layers([model.layer], depth)[0] + 1
     grid_path = osp.join(args.out_dir, 'activation_maps.png')
     plot_map_grid(display_images(model, inputs), labels, maps, aucs, grid_path,

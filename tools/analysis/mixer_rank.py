@@ -15,14 +15,13 @@ backbone is randomly initialised.
 import argparse
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.logging import print_log
 
-from mmdinomamba.analysis.mixing_rank import (analyse_backbone, backbone_config,
-                                              build_backbone, folder_images,
-                                              format_table, initialise_weights,
-                                              load_backbone_checkpoint, toy_images,
-                                              write_report)
+from mmdinomamba.analysis.images import ImagePipeline, folder_images, toy_images
+from mmdinomamba.analysis.loading import backbone_config, load_backbone, load_config
+from mmdinomamba.analysis.mixing_rank import analyse_backbone
+from mmdinomamba.analysis.rank_report import format_table, write_report
 
 
 def parse_args(argv=None):
@@ -42,7 +41,9 @@ def parse_args(argv=None):
     parser.add_argument('--num-images', type=int, default=8,
                         help='images to analyse (default: 8)')
     parser.add_argument('--img-size', type=int,
-                        help='input side (default: the backbone\'s img_size or 224)')
+                        help='input side of the default pipeline, used when the '
+                        'config has no test pipeline (default: the backbone\'s '
+                        'img_size or 224)')
     parser.add_argument('--seed', type=int, default=0,
                         help='seed of the toy images and of the random init')
     parser.add_argument('--rtol', type=float,
@@ -51,7 +52,10 @@ def parse_args(argv=None):
                         help='absolute rank tolerance (default: 0)')
     parser.add_argument('--prefix',
                         help='checkpoint key prefix of the backbone, e.g. '
-                        '"backbone." (default: detected)')
+                        '"backbone." (default: found)')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='load a checkpoint that does not cover the backbone '
+                        '(missing keys keep their random init; default: fail)')
     parser.add_argument('--device', help='default: cuda when available, else cpu')
     parser.add_argument('--no-progress', action='store_true',
                         help='no progress bar')
@@ -64,20 +68,16 @@ def main(argv=None):
     args = parse_args(argv)
     if args.num_images < 1:
         raise ValueError(f'--num-images must be >= 1, got {args.num_images}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     backbone_cfg = backbone_config(cfg)
     torch.manual_seed(args.seed)
-    backbone = build_backbone(backbone_cfg)
-    initialise_weights(backbone)
-    if args.checkpoint:
-        load_backbone_checkpoint(backbone, args.checkpoint, args.prefix)
+    backbone = load_backbone(cfg, args.checkpoint, args.prefix,
+                             strict=not args.no_strict)
     size = args.img_size or backbone_cfg.get('img_size', 224)
-    if isinstance(size, (list, tuple)):
-        size = size[0]
-    images = (folder_images(args.images, args.num_images, size) if args.images else
-              toy_images(args.num_images, size, args.seed))
+    size = size[0] if isinstance(size, (list, tuple)) else size
+    pipeline = ImagePipeline(cfg, size)
+    images = (folder_images(pipeline, args.images, args.num_images) if args.images
+              else toy_images(pipeline, args.num_images, size, args.seed))
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     report = analyse_backbone(backbone, images, args.layers, args.chunk, args.rtol,
                               args.atol, device=device,
@@ -86,8 +86,7 @@ def main(argv=None):
                        backbone=backbone_cfg['type'],
                        images=args.images or f'toy (seed {args.seed})')
     weights = 'checkpoint' if args.checkpoint else 'random init'
-    title = f"{backbone_cfg['type']}, {weights}"
-    paths = write_report(report, args.out_dir, title)
+    paths = write_report(report, args.out_dir, f"{backbone_cfg['type']}, {weights}")
     print(format_table(report.summary))
     print_log('wrote ' + ', '.join(paths.values()), logger='current')
     return paths

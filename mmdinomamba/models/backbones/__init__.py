@@ -1,6 +1,8 @@
-from .base import OUT_TYPES, PatchEmbed, PlainBackbone, TokenLayout, resize_pos_embed
+from .base import (OUT_TYPES, READOUT_TYPES, Intermediates, PatchEmbed, PlainBackbone,
+                   TokenLayout, resize_pos_embed)
 from .dino_vim import DinoVim, MambaBlock
 from .linear_vit import LinearViT
 
-__all__ = ['DinoVim', 'LinearViT', 'MambaBlock', 'OUT_TYPES', 'PatchEmbed',
-           'PlainBackbone', 'TokenLayout', 'resize_pos_embed']
+__all__ = ['DinoVim', 'Intermediates', 'LinearViT', 'MambaBlock', 'OUT_TYPES',
+           'PatchEmbed', 'PlainBackbone', 'READOUT_TYPES', 'TokenLayout',
+           'resize_pos_embed']

@@ -8,7 +8,7 @@ resizing, freezing and layer-wise learning-rate decay.
 """
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -16,24 +16,51 @@ import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
+from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
+
 Tensor = torch.Tensor
 
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
+
+
+READOUT_TYPES = ('cls', 'registers')
 
 
 @dataclass
 class TokenLayout:
     """Where tokens sit in a sequence of ``seqlen`` tokens.
 
+    Positions that are neither readout nor patches are other prefix tokens (e.g.
+    DinoVim's first [CLS] copy at 0, whose readout is the middle copy).
+
     Attributes:
-        readout (Tensor): (n_readout,) positions of the readout tokens ([CLS] or
-            registers); the ``cls_token`` output is their mean.
-        patches (Tensor): (h * w,) positions of the patch tokens in raster order.
+        readout (Tensor): (n_readout,) long, positions of the readout tokens
+            ([CLS] or registers); the ``cls_token`` output is their mean.
+        patches (Tensor): (h * w,) long, positions of the patch tokens in raster
+            order: ``tokens[:, patches].reshape(batch, h, w, dim)`` is the grid.
         hw (tuple): the patch grid (h, w).
+        readout_type (str): 'cls' (one [CLS] token) or 'registers' (the mean of
+            register tokens). Defaults to 'cls'.
     """
     readout: Tensor
     patches: Tensor
     hw: Tuple[int, int]
+    readout_type: str = 'cls'
+
+
+class Intermediates(NamedTuple):
+    """What :meth:`PlainBackbone.forward_intermediates` returns.
+
+    Attributes:
+        features (dict): block index (non-negative, ascending) -> (batch, seqlen,
+            dim), the token sequence after that block (see ``feature_source``).
+        layout (TokenLayout): where the readout and patch tokens sit in it.
+        mixer_inputs (dict): block index -> (batch, seqlen, dim), the input of
+            that block's token mixer (its normed stream); empty unless asked for.
+    """
+    features: Dict[int, Tensor]
+    layout: TokenLayout
+    mixer_inputs: Dict[int, Tensor]
 
 
 def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],
@@ -148,6 +175,7 @@ class PlainBackbone(BaseModule):
     arch_zoo: Dict[str, dict] = {}
     essential_keys: Tuple[str, ...] = ()
     num_pos_prefix: int = 0  # pos_embed slots before the grid ([CLS])
+    feature_sources: Tuple[str, ...] = ('residual', 'normed')  # forward_tokens's
 
     def __init__(self, arch, img_size: Union[int, Tuple[int, int]], patch_size: int,
                  out_indices, out_type: str, final_norm: bool, frozen_stages: int,
@@ -167,6 +195,31 @@ class PlainBackbone(BaseModule):
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         self.patch_resolution = (img_size[0] // patch_size, img_size[1] // patch_size)
         self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
+
+    # ------------------------------------------------------------- initialisation
+    def init_weights(self):
+        """mmengine's initialisation, with a checked ``Pretrained`` load.
+
+        ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=None,
+        map_location='cpu', strict=True)`` loads through
+        :func:`mmdinomamba.models.checkpoint.load_pretrained`: every missing and
+        unexpected key is reported, and a checkpoint that does not cover the
+        backbone fails unless ``strict=False``. Without ``prefix`` the backbone's
+        keys are found as the module docstring there says (a DINO checkpoint's
+        teacher first). A ``pos_embed`` of another grid is resized.
+        """
+        pretrained = pretrained_cfg(self.init_cfg)
+        if pretrained is None or self._is_init:
+            super().init_weights()
+            return
+        cfgs = self.init_cfg if isinstance(self.init_cfg, (list, tuple)) else []
+        saved = self.init_cfg
+        self.init_cfg = [c for c in cfgs if c is not pretrained] or None
+        try:
+            super().init_weights()
+        finally:
+            self.init_cfg = saved
+        load_pretrained(self, pretrained)
 
     # ---------------------------------------------------------------- embedding
     def pos_embed_for(self, hw: Tuple[int, int]) -> Tensor:
@@ -210,6 +263,64 @@ class PlainBackbone(BaseModule):
         tokens, layout = self.embed(x)
         feats = self.forward_tokens(tokens, self.out_indices)
         return tuple(self.format_output(f, layout) for f in feats)
+
+    # ------------------------------------------------------ per-layer analysis API
+    def token_mixer(self, index: int) -> nn.Module:
+        """The token mixer of block ``index`` (it follows
+        :class:`mmdinomamba.models.mixers.TokenMixer`)."""
+        raise NotImplementedError(f'{type(self).__name__} does not say where its '
+                                  'token mixers are: implement token_mixer(index)')
+
+    def forward_intermediates(self,
+                              x: Tensor,
+                              indices: Optional[Union[int, Sequence[int]]] = None,
+                              feature_source: Optional[str] = None,
+                              mixer_inputs: bool = False) -> Intermediates:
+        """Per-block token sequences, their layout and (optionally) mixer inputs.
+
+        The one per-layer API for analysis (activation maps, mixing matrices), in
+        the spirit of timm's ``forward_intermediates``. Runs the blocks up to the
+        last requested one and stops there; ``out_indices``/``out_type`` play no
+        part. Mode and gradients are the caller's (analysis runs it in eval mode
+        under ``torch.no_grad()``).
+
+        Args:
+            x (Tensor): (batch, channels, height, width) images.
+            indices (int | Sequence[int], optional): block indices, negative from
+                the end; an int is one block. None = every block.
+            feature_source (str, optional): one of ``feature_sources`` (what a
+                block's output is, see the class docstring); None = the
+                backbone's own ``feature_source``.
+            mixer_inputs (bool): also return the input of each requested block's
+                token mixer. Defaults to False.
+
+        Returns:
+            Intermediates: ``features`` {block: (batch, seqlen, dim)}, ``layout``
+            (:class:`TokenLayout` for the image's patch grid) and
+            ``mixer_inputs`` {block: (batch, seqlen, dim)} (empty if not asked).
+        """
+        all_blocks = range(self.num_layers)
+        indices = sorted(set(_normalise_indices(all_blocks if indices is None
+                                                else indices, self.num_layers)))
+        if not indices:
+            raise ValueError(f'{type(self).__name__}.forward_intermediates: no '
+                             'block indices given')
+        if feature_source is not None and feature_source not in self.feature_sources:
+            raise ValueError(f'{type(self).__name__}: unknown feature_source '
+                             f'{feature_source!r}; choose one of {self.feature_sources}')
+        tokens, layout = self.embed(x)
+        captured: Dict[int, Tensor] = {}
+        handles = []
+        if mixer_inputs:
+            for i in indices:
+                handles.append(self.token_mixer(i).register_forward_pre_hook(
+                    lambda module, args, i=i: captured.__setitem__(i, args[0])))
+        try:
+            feats = self.forward_tokens(tokens, indices, feature_source)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return Intermediates(dict(zip(indices, feats)), layout, captured)
 
     # ------------------------------------------------------- training utilities
     def _freeze_stages(self):

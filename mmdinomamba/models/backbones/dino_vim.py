@@ -94,6 +94,7 @@ class DinoVim(PlainBackbone):
         **dict.fromkeys(['b', 'base'], dict(embed_dims=768, num_layers=24)),
     }
     essential_keys = ('embed_dims', 'num_layers')
+    feature_sources = FEATURE_SOURCES
     default_mixer_cfg = dict(d_state=64, d_conv=4, expand=2, headdim=64, ngroups=1,
                              chunk_size=256, bidirectional=True, ssd_backend='auto')
 
@@ -178,7 +179,8 @@ class DinoVim(PlainBackbone):
             raise ValueError(f'DinoVim: a {hw} grid is too small for {R} registers')
         r = torch.arange(R, device=device)
         return TokenLayout(readout=r * (s + 1) + s,
-                           patches=torch.where(j < R * s, j + j // s, j + R), hw=hw)
+                           patches=torch.where(j < R * s, j + j // s, j + R), hw=hw,
+                           readout_type='registers')
 
     def embed(self, x: Tensor) -> Tuple[Tensor, TokenLayout]:
         """(batch, 3, H, W) -> token sequence (batch, seqlen, dim) and its layout."""
@@ -237,6 +239,10 @@ class DinoVim(PlainBackbone):
         indices = list(range(self.num_layers - n, self.num_layers))
         feats = self.forward_tokens(tokens, indices, feature_source='mixer')
         return [f[:, layout.readout].mean(dim=1) for f in feats]
+
+    def token_mixer(self, index: int) -> nn.Module:
+        """The :class:`SSDMixer` of block ``index``."""
+        return self.layers[index].mixer
 
     # ------------------------------------------------------ training utilities
     def final_norm_modules(self):

@@ -76,6 +76,7 @@ class LinearViT(PlainBackbone):
     }
     essential_keys = ('embed_dims', 'num_layers', 'num_heads', 'mlp_ratio')
     num_pos_prefix = 1
+    feature_sources = FEATURE_SOURCES
 
     def __init__(self,
                  arch: Union[str, dict] = 'base',
@@ -148,6 +149,10 @@ class LinearViT(PlainBackbone):
                 normed = source == 'normed' or (last and self.final_norm)
                 outs[i] = self.norm(tokens) if normed else tokens
         return [outs[i] for i in indices]
+
+    def token_mixer(self, index: int) -> nn.Module:
+        """The :class:`LinearAttention` of block ``index``."""
+        return self.layers[index].attn
 
     def final_norm_modules(self):
         return [self.norm]

@@ -6,6 +6,7 @@ import torch.nn as nn
 from einops import rearrange
 
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
+from .protocol import MixerInfo
 
 Tensor = torch.Tensor
 
@@ -41,9 +42,21 @@ class LinearAttention(nn.Module):
         y = linear_attention(q, k, v)
         return self.proj(rearrange(y, 'b h l d -> b l (h d)'))
 
+    # ------------------------------------------ mixing-matrix protocol (analysis)
+    def mixing_info(self) -> MixerInfo:
+        """Kind 'linear', ``num_heads`` heads of ``dim // num_heads`` channels."""
+        return MixerInfo('linear', self.num_heads, self.dim // self.num_heads,
+                         ('attention', ))
+
     @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
         """``{'attention': M}`` with ``M`` (batch, nheads, seqlen, seqlen); the
         mixer's pre-projection output per head is ``M v``."""
         q, k, _ = self._qkv(u)
         return {'attention': linear_attention_matrix(q, k)}
+
+    @torch.no_grad()
+    def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
+        """``{'attention': v}``, the value projection (batch, nheads, seqlen,
+        headdim): ``M v`` is each head's slice of the input of ``proj``."""
+        return {'attention': self._qkv(u)[2]}

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from mmdinomamba.ops import (BACKENDS, RMSNorm, causal_depthwise_conv1d, resolve_backend, ssd,
-                             ssd_mixing_matrix)
+                             ssd_decay_mask, ssd_mixing_matrix)
+from .protocol import MixerInfo
 
 Tensor = torch.Tensor
 
@@ -220,14 +221,28 @@ class SSDMixer(nn.Module):
             torch.stack([p['norm'].weight for p in params]), self.out_proj.weight,
             self.out_proj.bias, dims)
 
+    # ------------------------------------------ mixing-matrix protocol (analysis)
+    def mixing_info(self) -> MixerInfo:
+        """Kind 'ssd', ``nheads`` heads, state size N = ``d_state``; one matrix per
+        direction ('forward', and 'backward' when bidirectional)."""
+        return MixerInfo('ssd', self.nheads, self.d_state, tuple(self.directions))
+
+    def _direction_inputs(self, u: Tensor):
+        """(direction, flipped, SSD inputs of that direction) for each direction."""
+        zxbcdt = self.in_proj(u)
+        for direction in self.directions:
+            flip = direction == 'backward'
+            yield direction, flip, self.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt,
+                                                   direction)
+
     @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
         """The SSD token-mixing matrix of each direction, in sequence order.
 
         For direction ``d``, ``M_d`` satisfies ``ssd(x_d, ...) = M_d x_d`` per head,
         before the gated norm and ``out_proj`` (``x_d`` is the conv output of that
-        direction, unflipped). The backward matrix is flipped back to sequence
-        order, so it is upper triangular.
+        direction, unflipped: :meth:`mixing_values`). The backward matrix is
+        flipped back to sequence order, so it is upper triangular.
 
         Args:
             u (Tensor): (batch, seqlen, dim).
@@ -235,14 +250,46 @@ class SSDMixer(nn.Module):
         Returns:
             dict: ``'forward'`` (and ``'backward'``): (batch, nheads, seqlen, seqlen).
         """
-        zxbcdt = self.in_proj(u)
         out = {}
-        for direction in self.directions:
-            flip = direction == 'backward'
-            a = self.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt, direction)
+        for direction, flip, a in self._direction_inputs(u):
             M = ssd_mixing_matrix(a['dt'], a['A'], a['B'], a['C'], D=a['D'],
                                   dt_bias=a['dt_bias'], dt_softplus=True)
             out[direction] = M.flip(-1).flip(-2) if flip else M
+        return out
+
+    @torch.no_grad()
+    def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
+        """The values ``x_d`` of each direction (its conv1d + SiLU output), in
+        sequence order: ``M_d x_d`` is the SSD output (``D`` skip included) that
+        enters that direction's gated RMSNorm.
+
+        Args:
+            u (Tensor): (batch, seqlen, dim).
+
+        Returns:
+            dict: ``'forward'`` (and ``'backward'``): (batch, nheads, seqlen, headdim).
+        """
+        out = {}
+        for direction, flip, a in self._direction_inputs(u):
+            x = a['x'].flip(1) if flip else a['x']
+            out[direction] = rearrange(x, 'b l h p -> b h l p')
+        return out
+
+    @torch.no_grad()
+    def decay_masks(self, u: Tensor) -> Dict[str, Tensor]:
+        """The learnable mask ``L`` of each direction, in sequence order.
+
+        Args:
+            u (Tensor): (batch, seqlen, dim).
+
+        Returns:
+            dict: ``'forward'`` (and ``'backward'``, upper triangular) ->
+            (batch, nheads, seqlen, seqlen), from :func:`mmdinomamba.ops.ssd_decay_mask`.
+        """
+        out = {}
+        for direction, flip, a in self._direction_inputs(u):
+            L = ssd_decay_mask(a['dt'], a['A'], a['dt_bias'], dt_softplus=True)
+            out[direction] = L.flip(-1).flip(-2) if flip else L
         return out
 
     def extra_repr(self) -> str:

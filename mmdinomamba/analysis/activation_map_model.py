@@ -9,22 +9,17 @@ from typing import List, Optional, Union
 
 import torch
 import torch.nn as nn
-from mmengine.logging import print_log
 from mmengine.model import BaseModel
 from mmengine.registry import MODELS
 from mmengine.structures import BaseDataElement
 
-from mmdinomamba.analysis.activation_maps import (METHODS, activation_maps,
-                                                  feature_sources)
-from mmdinomamba.analysis.mixing import backbone_layers, normalise_layers
+from mmdinomamba.models.checkpoint import checked_backbone_state
+from .activation_maps import METHODS, activation_maps, feature_sources
+from .adapters import as_backbone, normalise_layers
 
 Tensor = torch.Tensor
 
 MODES = ('predict', 'tensor')
-# Where a checkpoint keeps a backbone, tried in this order when not told:
-# a DINO checkpoint's teacher, a classifier / linear probe / this model, a bare
-# backbone (e.g. from tools/model_converters/extract_teacher.py).
-WEIGHT_PREFIXES = ('teacher.backbone.', 'backbone.', '')
 
 
 class ActivationMapModel(BaseModel):
@@ -37,11 +32,12 @@ class ActivationMapModel(BaseModel):
 
     Loading a checkpoint (``load_from``, ``tools/test.py CONFIG CHECKPOINT``) takes
     the backbone's tensors from the keys under ``weights_prefix``; by default the
-    first of ``'teacher.backbone.'`` (DINO checkpoints: the teacher, as in the
-    paper), ``'backbone.'`` (classifiers, linear probes, this model) and bare
-    backbone keys that the checkpoint has. Other tensors (heads, the student) are
-    dropped, and a backbone tensor that the checkpoint lacks raises a ValueError
-    instead of leaving random weights.
+    first of :data:`mmdinomamba.models.checkpoint.BACKBONE_PREFIXES` that the
+    checkpoint has: ``'teacher.backbone.'`` (DINO checkpoints: the teacher, as in
+    the paper), ``'backbone.'`` (classifiers, linear probes, this model), ...,
+    bare backbone keys. Other tensors (heads, the student) are dropped; a
+    backbone tensor that the checkpoint lacks, or an unexpected one inside the
+    backbone's namespace, raises a ValueError instead of leaving random weights.
 
     Args:
         backbone (dict | nn.Module): DinoVim, LinearViT or mmpretrain
@@ -55,7 +51,7 @@ class ActivationMapModel(BaseModel):
         feature_source (str, optional): token features of the cosine map; None =
             the backbone's own.
         weights_prefix (str, optional): checkpoint key prefix of the backbone; None
-            tries ``WEIGHT_PREFIXES`` in order.
+            tries ``BACKBONE_PREFIXES`` in order.
         data_preprocessor (dict, optional): e.g. ``dict(type='ImgDataPreprocessor',
             mean=..., std=..., bgr_to_rgb=True)``.
         init_cfg (dict, optional): initialisation config.
@@ -78,7 +74,7 @@ class ActivationMapModel(BaseModel):
                              f'one of {METHODS}')
         if isinstance(layer, bool) or not isinstance(layer, int):
             raise ValueError(f'ActivationMapModel: layer must be an int, got {layer!r}')
-        normalise_layers([layer], len(backbone_layers(self.backbone)))
+        normalise_layers([layer], as_backbone(self.backbone).num_layers)
         sources = feature_sources(self.backbone)
         if feature_source is not None and feature_source not in sources:
             raise ValueError(f'ActivationMapModel: unknown feature_source '
@@ -119,29 +115,14 @@ class ActivationMapModel(BaseModel):
         return data_samples
 
     def _select_backbone_weights(self, state_dict, prefix, *args) -> None:
-        """Load pre-hook: move the checkpoint's backbone tensors to ``backbone.``."""
-        wanted = set(self.backbone.state_dict())
-        sources = WEIGHT_PREFIXES if self.weights_prefix is None \
-            else (self.weights_prefix, )
-        for source in sources:
-            start = prefix + source
-            picked = {key[len(start):]: value for key, value in state_dict.items()
-                      if key.startswith(start) and key[len(start):] in wanted}
-            if picked:
-                break
-        else:
-            keys = [k[len(prefix):] for k in state_dict if k.startswith(prefix)]
-            raise ValueError(f'ActivationMapModel: the checkpoint has no '
-                             f'{type(self.backbone).__name__} tensors under any of '
-                             f'the prefixes {list(sources)}; its first keys: '
-                             f'{keys[:5]}')
-        missing = sorted(wanted - set(picked))
-        if missing:
-            raise ValueError(f'ActivationMapModel: the checkpoint lacks '
-                             f'{len(missing)} backbone tensors under {source!r}, '
-                             f'e.g. {missing[:5]}')
+        """Load pre-hook: move the checkpoint's backbone tensors to ``backbone.``.
+
+        The tensors are chosen and checked by
+        :func:`mmdinomamba.models.checkpoint.checked_backbone_state` (strict).
+        """
+        own = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+        used, _ = checked_backbone_state(self.backbone, own, self.weights_prefix,
+                                         source='ActivationMapModel checkpoint')
         for key in [k for k in state_dict if k.startswith(prefix)]:
             del state_dict[key]
-        state_dict.update({f'{prefix}backbone.{k}': v for k, v in picked.items()})
-        print_log(f'ActivationMapModel: backbone weights from the {source!r} keys '
-                  f'of the checkpoint ({len(picked)} tensors)', logger='current')
+        state_dict.update({f'{prefix}backbone.{k}': v for k, v in used.items()})

@@ -5,8 +5,8 @@ import pytest
 import torch
 from mmengine.structures import BaseDataElement
 
-from mmdinomamba.analysis import activation_maps
-from mmdinomamba.models import ActivationMapModel, DinoVim
+from mmdinomamba.analysis import ActivationMapModel, activation_maps
+from mmdinomamba.models import DinoVim
 
 BACKBONE = dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=2), img_size=32,
                 patch_size=8, mixer_cfg=dict(d_state=8, headdim=8, chunk_size=16),
