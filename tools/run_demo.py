@@ -38,7 +38,7 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb16-rich_toy.py'
 PROBE_CONFIG = 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py'
 # the rich toy data: 4 (shape, texture) classes, >= 200 held-out images with masks
-TOY_DATA = dict(num_classes=4, train_per_class=128, val_per_class=64, size=64,
+TOY_DATA = dict(num_classes=4, train_per_class=64, val_per_class=64, size=64,
                 formats=('imagenet', ), style='rich')
 
 
@@ -119,26 +119,17 @@ def evaluate(config: str, teacher: str, data_root: str, seed: int = 0) -> list:
     Returns:
         list: (measure name, random-init BootstrapCI, DINO BootstrapCI) rows.
     """
-    import torch
-
-    from mmdinomamba.analysis.comparison import (knn_hits, load_split,
-                                                 measure_backbone)
-    from mmdinomamba.analysis.mixing_rank import (backbone_config, build_backbone,
-                                                  initialise_weights,
-                                                  load_backbone_checkpoint)
+    from mmdinomamba.analysis.comparison import (ModelSpec, knn_hits, load_model,
+                                                 load_split, measure_backbone)
+    from mmdinomamba.analysis.loading import backbone_config
     from mmdinomamba.evaluation import bootstrap_ci
-    cfg = backbone_config(osp.join(ROOT, config))
-    cfg.pop('init_cfg', None)
-    size = cfg['img_size']
+    config = osp.join(ROOT, config)
+    size = backbone_config(config)['img_size']
     train = load_split(data_root, 'meta/train.txt', 'train', size)
     val = load_split(data_root, 'meta/val.txt', 'val', size, 'masks/val')
     results = {}
-    for name in ('random', 'dino'):
-        torch.manual_seed(seed)
-        backbone = build_backbone(cfg)
-        initialise_weights(backbone)
-        if name == 'dino':
-            load_backbone_checkpoint(backbone, teacher, prefix='')
+    for name, checkpoint in (('random', None), ('dino', teacher)):
+        backbone = load_model(ModelSpec(name, config, checkpoint), seed)
         train_m = measure_backbone(backbone, train, [-1], with_maps=False)
         val_m = measure_backbone(backbone, val, [-1])
         last = max(val_m.readouts)

@@ -33,15 +33,17 @@ import torch.nn as nn
 from mmengine.utils import ProgressBar
 
 from mmdinomamba.evaluation import binary_auc, foreground_mask, knn_accuracy
-from .activation_maps import cosine_similarity_maps, layer_tokens, upsample_maps
-from .mixing import backbone_layers, find_mixer, mixer_info, normalise_layers
-from .mixing_rank import preprocess
+from .activation_maps import cosine_similarity_maps, upsample_maps
+from .adapters import as_backbone, eval_no_grad, normalise_layers
+from .images import DEFAULT_PREPROCESSOR
+from .mixing import mixer_info
 
 Tensor = torch.Tensor
 
 __all__ = ['ImageSplit', 'Measurement', 'ModelSpec', 'compare_models',
            'load_model', 'load_split', 'map_aucs', 'measure_backbone', 'knn_hits',
-           'preprocess_label_map', 'probe_hits', 'rank_by_layer']
+           'preprocess_image', 'preprocess_label_map', 'probe_hits',
+           'rank_by_layer']
 
 
 @dataclass
@@ -78,8 +80,37 @@ class Measurement:
     aucs: Optional[Dict[int, np.ndarray]]
 
 
+def _resized_box(h: int, w: int, size: int):
+    """Resized (width, height) with the short side at ``size``, and the centre crop
+    box (left, top, right, bottom) of ``size`` x ``size`` in it."""
+    scale = size / min(h, w)
+    new = (max(size, round(w * scale)), max(size, round(h * scale)))
+    left, top = (new[0] - size) // 2, (new[1] - size) // 2
+    return new, (left, top, left + size, top + size)
+
+
+def preprocess_image(image: np.ndarray, size: int) -> Tensor:
+    """uint8 RGB (height, width, 3) -> normalised (3, size, size) float32.
+
+    The shorter side goes to ``size`` (bicubic), then a centre crop; normalised
+    with mmpretrain's ImageNet mean and std (0-255 scale).
+    """
+    from PIL import Image
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f'expected a uint8 RGB image (height, width, 3), got '
+                         f'{image.dtype} {image.shape}')
+    new, box = _resized_box(*image.shape[:2], size)
+    pil = Image.fromarray(image)
+    if new != pil.size:
+        pil = pil.resize(new, Image.BICUBIC)
+    array = np.asarray(pil.crop(box), np.float32)
+    mean = np.array(DEFAULT_PREPROCESSOR['mean'], np.float32)
+    std = np.array(DEFAULT_PREPROCESSOR['std'], np.float32)
+    return torch.from_numpy((array - mean) / std).permute(2, 0, 1).contiguous()
+
+
 def preprocess_label_map(ids: np.ndarray, size: int) -> Tensor:
-    """A (height, width) label map with the geometry of :func:`preprocess`.
+    """A (height, width) label map with the geometry of :func:`preprocess_image`.
 
     The shorter side goes to ``size`` (nearest neighbour), then a centre crop.
 
@@ -89,15 +120,11 @@ def preprocess_label_map(ids: np.ndarray, size: int) -> Tensor:
     from PIL import Image
     if ids.ndim != 2:
         raise ValueError(f'a label map must be (height, width), got {ids.shape}')
-    h, w = ids.shape
-    scale = size / min(h, w)
-    new = (max(size, round(w * scale)), max(size, round(h * scale)))
-    pil = Image.fromarray(ids.astype(np.int32), mode='I')
-    if new != (w, h):
+    new, box = _resized_box(*ids.shape, size)
+    pil = Image.fromarray(ids.astype(np.int32))
+    if new != pil.size:
         pil = pil.resize(new, Image.NEAREST)
-    left, top = (new[0] - size) // 2, (new[1] - size) // 2
-    return torch.from_numpy(np.asarray(pil.crop((left, top, left + size,
-                                                 top + size)), np.int64).copy())
+    return torch.from_numpy(np.asarray(pil.crop(box), np.int64).copy())
 
 
 def load_split(data_root: str,
@@ -140,7 +167,7 @@ def load_split(data_root: str,
                              f'{" ".join(fields)!r}')
         rel, label = fields
         with Image.open(osp.join(data_root, data_prefix, rel)) as image:
-            images.append(preprocess(np.asarray(image.convert('RGB')), size))
+            images.append(preprocess_image(np.asarray(image.convert('RGB')), size))
         labels.append(int(label))
         paths.append(rel)
         if mask_prefix is not None:
@@ -152,9 +179,17 @@ def load_split(data_root: str,
                       torch.stack(maps) if maps else None, paths)
 
 
-def _num_heads(backbone: nn.Module, index: int, dim: int) -> int:
-    heads = mixer_info(find_mixer(backbone_layers(backbone)[index])).nheads
+def _num_heads(api, index: int, dim: int) -> int:
+    """Heads of block ``index``'s mixer (1 when they do not divide the width)."""
+    heads = mixer_info(api.token_mixer(index)).nheads
     return heads if dim % heads == 0 else 1
+
+
+def _features(api, images: Tensor, indices: Sequence[int]):
+    """Per-block token sequences and their layout (eval mode, no gradients)."""
+    with eval_no_grad(api):
+        out = api.forward_intermediates(images, indices)
+    return out.features, out.layout
 
 
 def map_aucs(maps: Tensor, label_maps: Tensor,
@@ -205,23 +240,23 @@ def measure_backbone(backbone: nn.Module,
     """
     if with_maps and split.label_maps is None:
         raise ValueError('with_maps=True needs a split with label maps (mask_prefix)')
-    depth = len(backbone_layers(backbone))
-    indices = normalise_layers(range(depth) if layers is None else layers, depth)
     backbone = backbone.to(device)
+    api = as_backbone(backbone)
+    depth = api.num_layers
+    indices = normalise_layers(range(depth) if layers is None else layers, depth)
     readouts: Dict[int, List[Tensor]] = {i: [] for i in indices}
     aucs: Dict[int, List[np.ndarray]] = {i: [] for i in indices}
     bar = ProgressBar(len(split)) if progress else None
     for start in range(0, len(split), batch_size):
         x = split.images[start:start + batch_size].to(device)
-        tokens, layout = layer_tokens(backbone, x, indices)
+        tokens, layout = _features(api, x, indices)
         for i, t in tokens.items():
             readout = t[:, layout.readout].mean(dim=1).float()
             readouts[i].append(readout.cpu())
             if not with_maps:
                 continue
             grid = cosine_similarity_maps(readout, t[:, layout.patches].float(),
-                                          layout.hw, _num_heads(backbone, i,
-                                                                t.shape[-1]))
+                                          layout.hw, _num_heads(api, i, t.shape[-1]))
             maps = upsample_maps(grid, x.shape[-2:]).cpu()
             maps = torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)
             aucs[i].append(map_aucs(maps, split.label_maps[start:start + batch_size]))
@@ -290,34 +325,37 @@ def _config(path: str, what: str):
 
 
 def load_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
-    """The backbone of ``spec``: built from its config, initialised with ``seed``,
-    then filled from its checkpoint if it has one (every key must be present).
+    """The backbone of ``spec`` through :func:`mmdinomamba.analysis.load_backbone`:
+    built from its config (without the config's own ``init_cfg``), initialised
+    under ``seed``, then filled strictly from its checkpoint if it has one.
 
     Raises:
         FileNotFoundError: the config or the checkpoint does not exist.
         ValueError: the config builds no backbone, or the checkpoint does not fit.
     """
-    from .mixing_rank import (backbone_config, build_backbone, initialise_weights,
-                              load_backbone_checkpoint)
+    from .loading import backbone_config, load_backbone
     config = _config(spec.config, f'model {spec.name!r}:')
     if spec.cfg_options:
         config.merge_from_dict(spec.cfg_options)
     cfg = backbone_config(config)
     cfg.pop('init_cfg', None)
+    if spec.checkpoint is not None and not osp.isfile(spec.checkpoint):
+        raise FileNotFoundError(f'model {spec.name!r}: checkpoint '
+                                f'{spec.checkpoint!r} does not exist')
     torch.manual_seed(seed)
     try:
-        backbone = build_backbone(cfg)
-    except Exception as err:
+        backbone = load_backbone(dict(model=cfg, default_scope=config.get(
+            'default_scope') or 'mmpretrain'))
+    except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f'model {spec.name!r}: {spec.config} does not build a '
                          f'backbone ({type(err).__name__}: {err})') from err
-    initialise_weights(backbone)
     if spec.checkpoint is not None:
-        if not osp.isfile(spec.checkpoint):
-            raise FileNotFoundError(f'model {spec.name!r}: checkpoint '
-                                    f'{spec.checkpoint!r} does not exist')
+        from mmdinomamba.engine.checkpoint import allow_mmengine_checkpoint_types
+        from mmdinomamba.models.checkpoint import load_backbone_checkpoint
+        allow_mmengine_checkpoint_types()
         try:
             load_backbone_checkpoint(backbone, spec.checkpoint)
-        except (ValueError, RuntimeError) as err:
+        except (ValueError, RuntimeError, KeyError) as err:
             raise ValueError(f'model {spec.name!r}: checkpoint {spec.checkpoint} '
                              f'does not fit the backbone of {spec.config}: {err}'
                              ) from err
@@ -497,7 +535,7 @@ def compare_models(specs: Sequence[ModelSpec],
             name=spec.name, config=spec.config, checkpoint=spec.checkpoint,
             probe_config=spec.probe_config, probe_checkpoint=spec.probe_checkpoint,
             type=type(backbone).__name__, depth=len(layers),
-            kind=mixer_info(find_mixer(backbone_layers(backbone)[0])).kind,
+            kind=mixer_info(as_backbone(backbone).token_mixer(0)).kind,
             knn=knn_by_layer[layers[-1]], knn_by_layer=knn_by_layer, probe=probe,
             auc_by_layer=auc_by_layer, ranks=ranks, map_images=last_maps))
         backbone.cpu()
@@ -514,10 +552,11 @@ def measure_maps(backbone: nn.Module, images: Tensor) -> np.ndarray:
     Returns:
         np.ndarray: (num_images, height, width) float32.
     """
-    tokens, layout = layer_tokens(backbone, images, [-1])
-    t = next(iter(tokens.values())).float()
+    api = as_backbone(backbone)
+    last = api.num_layers - 1
+    tokens, layout = _features(api, images, [last])
+    t = tokens[last].float()
     readout = t[:, layout.readout].mean(dim=1)
-    last = len(backbone_layers(backbone)) - 1
     grid = cosine_similarity_maps(readout, t[:, layout.patches], layout.hw,
-                                  _num_heads(backbone, last, t.shape[-1]))
+                                  _num_heads(api, last, t.shape[-1]))
     return upsample_maps(grid, images.shape[-2:]).mean(dim=1).cpu().numpy()

@@ -73,7 +73,7 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
     if any(m['ranks'] for m in results['models']):
         lines += ['## Mixing-matrix ranks by block', '',
                   'Mean over heads and images; the bounds are the paper\'s '
-                  '(mmdinomamba.analysis.mixing_rank): whole matrix, and an '
+                  '(mmdinomamba.analysis.mixing_rank.offdiag_bounds): whole matrix, and an '
                   'off-diagonal block (algebra / paper).', '',
                   '![Ranks against depth](rank_vs_depth.png)', '',
                   '| model | block | matrix | L | rank | bound | effective rank | '
@@ -214,6 +214,7 @@ def write_comparison_report(results: dict, out_dir: str, images: np.ndarray,
 
 def display(images) -> List[np.ndarray]:
     """Normalised (num, 3, h, w) tensors -> (num, h, w, 3) in [0, 1] for display."""
-    from .mixing_rank import IMAGENET_MEAN, IMAGENET_STD
+    from .images import DEFAULT_PREPROCESSOR
     x = images.detach().cpu().float().permute(0, 2, 3, 1).numpy()
-    return np.clip((x * np.array(IMAGENET_STD) + np.array(IMAGENET_MEAN)) / 255, 0, 1)
+    std, mean = DEFAULT_PREPROCESSOR['std'], DEFAULT_PREPROCESSOR['mean']
+    return np.clip((x * np.array(std) + np.array(mean)) / 255, 0, 1)

@@ -14,7 +14,7 @@ for self-supervised training and the mixer comparison: class ``c`` is a shape am
 ``RICH_SHAPES`` (``c mod 4``) *and* an object texture among ``RICH_TEXTURES``
 (``c mod 3``), so the first 12 classes are distinct (shape, texture) pairs; the
 colour of every object is random (no class information in colour). The background
-is cluttered: a textured field of random hue and saturation, then 4-9 small
+is cluttered: a textured field of random hue and saturation, then 3-6 small
 distractor shapes of random colours (background in the masks). On it, one main
 object of the image's class (the largest) and, half of the time, one smaller
 object of a random class; objects do not overlap each other. A mask can no longer
@@ -344,9 +344,9 @@ def render_rich_sample(rng: np.random.Generator, label: int, num_classes: int,
                   0.2 * _pattern(rng, size, ('noise', 'stripes', 'gradient',
                                              'checker')), 0.05, 0.95)
     nothing = np.zeros((size, size), bool)
-    for _ in range(int(rng.integers(4, 10))):
+    for _ in range(int(rng.integers(3, 7))):
         mask, _ = _place(rng, RICH_SHAPES[rng.integers(len(RICH_SHAPES))], size,
-                         (0.05, 0.1), nothing, tries=1)
+                         (0.04, 0.08), nothing, tries=1)
         if mask is None:
             continue
         hue[mask] = rng.uniform()
@@ -359,7 +359,7 @@ def render_rich_sample(rng: np.random.Generator, label: int, num_classes: int,
     for index in range(num_objects):
         obj_label = label if index == 0 else int(rng.integers(num_classes))
         shape, texture = _rich_class(obj_label)
-        radius_range = (0.24, 0.36) if index == 0 else (0.12, 0.18)
+        radius_range = (0.3, 0.42) if index == 0 else (0.1, 0.16)
         mask, vertices = _place(rng, shape, size, radius_range, label_map > 0)
         if mask is not None and index > 0 and mask.sum() >= objects[0].mask.sum():
             mask = None
@@ -370,8 +370,8 @@ def render_rich_sample(rng: np.random.Generator, label: int, num_classes: int,
             continue
         hue[mask] = rng.uniform()
         sat[mask] = rng.uniform(0.25, 1.0)
-        val[mask] = np.clip(rng.uniform(0.45, 0.8) +
-                            0.25 * _texture(rng, texture, size)[mask], 0.05, 1.0)
+        val[mask] = np.clip(rng.uniform(0.45, 0.7) +
+                            0.3 * _texture(rng, texture, size)[mask], 0.05, 1.0)
         label_map[mask] = obj_label + 1
         polygon = None if vertices is None else tuple(
             float(v) for v in vertices.reshape(-1))

@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mmdinomamba.models  # noqa: F401  (models before analysis: import order)
+from mmdinomamba.analysis.adapters import as_backbone
 from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, knn_hits,
                                              load_model, load_split,
                                              measure_backbone, rank_by_layer)
-from mmdinomamba.analysis.mixing import (backbone_layers, capture_mixer_inputs,
-                                         find_mixer, mixer_info, mixing_matrices)
+from mmdinomamba.analysis.mixing import (capture_mixer_inputs, mixer_info,
+                                         mixing_matrices)
 from mmdinomamba.datasets import make_toy_dataset
 
 SIZE = 32
@@ -67,7 +67,7 @@ def test_features_and_auc_match_forward_and_sklearn(data, configs, name):
     _, _, val = data
     backbone = load_model(ModelSpec(name, configs[name]))
     m = measure_backbone(backbone, val, batch_size=5)
-    last = len(backbone_layers(backbone)) - 1
+    last = as_backbone(backbone).num_layers - 1
     # independent route: the backbone's own outputs (readout and patch grid)
     with torch.no_grad():
         backbone.out_type = 'cls_token'
@@ -75,7 +75,7 @@ def test_features_and_auc_match_forward_and_sklearn(data, configs, name):
         backbone.out_type = 'featmap'
         grid = backbone(val.images)[0]  # (batch, dim, h, w)
     torch.testing.assert_close(m.readouts[last], readout, rtol=1e-5, atol=1e-5)
-    heads = mixer_info(find_mixer(backbone_layers(backbone)[last])).nheads
+    heads = mixer_info(as_backbone(backbone).token_mixer(last)).nheads
     batch, dim, h, w = grid.shape
     r = F.normalize(readout.reshape(batch, heads, dim // heads, 1, 1), dim=2)
     p = F.normalize(grid.reshape(batch, heads, dim // heads, h, w), dim=2)
@@ -115,10 +115,10 @@ def test_ranks_match_matrix_rank(data, configs, name):
     backbone = load_model(ModelSpec(name, configs[name]))
     images = val.images[:2]
     rows = rank_by_layer(backbone, images, chunk=4)
-    blocks = backbone_layers(backbone)
-    assert [r['layer'] for r in rows] == list(range(len(blocks)))
+    api = as_backbone(backbone)
+    assert [r['layer'] for r in rows] == list(range(api.num_layers))
     for row in rows:
-        mixer = copy.deepcopy(find_mixer(blocks[row["layer"]])).double()
+        mixer = copy.deepcopy(api.token_mixer(row['layer'])).double()
         for i in range(len(images)):
             u = capture_mixer_inputs(backbone, images[i:i + 1],
                                      [row['layer']])[row['layer']].double()
