@@ -14,8 +14,8 @@ for self-supervised training and the mixer comparison: class ``c`` is a shape am
 ``RICH_SHAPES`` (``c mod 4``) *and* an object texture among ``RICH_TEXTURES``
 (``c mod 3``), so the first 12 classes are distinct (shape, texture) pairs; the
 colour of every object is random (no class information in colour). The background
-is cluttered: a textured field of random hue and saturation, then 3-6 small
-distractor shapes of random colours (background in the masks). On it, one main
+is cluttered: a mosaic of 3 x 3 to 5 x 5 tiles, each of its own random hue,
+saturation, brightness and pattern, then 3-6 small distractor shapes of random colours (background in the masks). On it, one main
 object of the image's class (the largest) and, half of the time, one smaller
 object of a random class; objects do not overlap each other. A mask can no longer
 be read from the saturation; the label maps are the truth. Class names are
@@ -338,11 +338,20 @@ def render_rich_sample(rng: np.random.Generator, label: int, num_classes: int,
         0 = background (clutter included) and class id + 1 on object pixels, and
         the objects (the first one is of class ``label``, the largest).
     """
-    hue = np.full((size, size), rng.uniform())
-    sat = np.full((size, size), rng.uniform(0, 0.6))
-    val = np.clip(rng.uniform(0.3, 0.7) +
-                  0.2 * _pattern(rng, size, ('noise', 'stripes', 'gradient',
-                                             'checker')), 0.05, 0.95)
+    # a mosaic of tiles, each its own hue, saturation, brightness and pattern, so
+    # that two crops of one image share its objects but not its background
+    tiles = int(rng.integers(3, 6))
+    edges = np.linspace(0, size, tiles + 1).round().astype(int)
+    hue, sat, val = (np.empty((size, size)) for _ in range(3))
+    for r in range(tiles):
+        for c in range(tiles):
+            rows = slice(edges[r], edges[r + 1])
+            cols = slice(edges[c], edges[c + 1])
+            hue[rows, cols] = rng.uniform()
+            sat[rows, cols] = rng.uniform(0, 0.6)
+            pattern = _pattern(rng, size, ('noise', 'stripes', 'gradient', 'checker'))
+            val[rows, cols] = np.clip(rng.uniform(0.25, 0.75) +
+                                      0.2 * pattern[rows, cols], 0.05, 0.95)
     nothing = np.zeros((size, size), bool)
     for _ in range(int(rng.integers(3, 7))):
         mask, _ = _place(rng, RICH_SHAPES[rng.integers(len(RICH_SHAPES))], size,

@@ -22,3 +22,17 @@ def test_loss_fell_compares_first_and_last_epoch(demo):
             demo.loss_fell('DINO', curve)
     with pytest.raises(SystemExit, match='no probe loss was logged'):
         demo.loss_fell('probe', {})
+
+
+def test_comparison_table_and_verdict(demo):
+    from mmdinomamba.evaluation import BootstrapCI
+    rows = [('k-NN top-1', BootstrapCI(0.30, 0.25, 0.35, 256),
+             BootstrapCI(0.42, 0.36, 0.48, 256)),
+            ('Binary-AUC', BootstrapCI(0.49, 0.48, 0.50, 256),
+             BootstrapCI(0.49, 0.47, 0.51, 256))]
+    table = demo.format_comparison(rows).splitlines()
+    assert 'random init' in table[0] and 'DINO teacher' in table[0]
+    assert '0.300 [0.250, 0.350]' in table[1] and '0.420 [0.360, 0.480]' in table[1]
+    # a tie is not a win: the demo must fail on Binary-AUC here
+    assert demo.not_beaten(rows) == ['Binary-AUC']
+    assert demo.not_beaten(rows[:1]) == []
