@@ -359,7 +359,8 @@ def load_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
             raise ValueError(f'model {spec.name!r}: checkpoint {spec.checkpoint} '
                              f'does not fit the backbone of {spec.config}: {err}'
                              ) from err
-    return backbone.eval()
+    backbone.eval()  # not chained: mmpretrain's ViT.train returns None
+    return backbone
 
 
 def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
@@ -396,7 +397,8 @@ def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
         raise ValueError(f'model {spec.name!r}: probe checkpoint '
                          f'{spec.probe_checkpoint} does not fit {spec.probe_config}: '
                          f'{err}') from err
-    model = model.to(device).eval()
+    model = model.to(device)
+    model.eval()
     hits = []
     with torch.no_grad():
         for start in range(0, len(split), batch_size):
