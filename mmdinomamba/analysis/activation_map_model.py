@@ -9,6 +9,7 @@ from typing import List, Optional, Union
 
 import torch
 import torch.nn as nn
+from mmengine.logging import print_log
 from mmengine.model import BaseModel
 from mmengine.registry import MODELS
 from mmengine.structures import BaseDataElement
@@ -121,8 +122,10 @@ class ActivationMapModel(BaseModel):
         :func:`mmdinomamba.models.checkpoint.checked_backbone_state` (strict).
         """
         own = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
-        used, _ = checked_backbone_state(self.backbone, own, self.weights_prefix,
-                                         source='ActivationMapModel checkpoint')
+        used, source = checked_backbone_state(self.backbone, own, self.weights_prefix,
+                                              source='ActivationMapModel checkpoint')
         for key in [k for k in state_dict if k.startswith(prefix)]:
             del state_dict[key]
         state_dict.update({f'{prefix}backbone.{k}': v for k, v in used.items()})
+        print_log(f'ActivationMapModel: backbone weights from the {source!r} keys '
+                  f'of the checkpoint ({len(used)} tensors)', logger='current')

@@ -1,6 +1,7 @@
 """Pictures and per-layer numbers of activation maps against label maps.
 
-The engine of ``tools/analysis/activation_maps.py``: it feeds dataset samples
+The engine of ``tools/analysis/activation_maps.py`` (:func:`write_report`): it
+feeds dataset samples
 through an :class:`~mmdinomamba.analysis.ActivationMapModel`, scores the maps of
 every layer with :class:`~mmdinomamba.evaluation.BinaryAUC` (the metric of the
 config) and draws
@@ -13,6 +14,7 @@ config) and draws
 Files are written atomically (temporary file, then rename). matplotlib (Agg) is
 imported only when drawing.
 """
+import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -22,15 +24,18 @@ from mmengine.dataset import pseudo_collate
 from mmengine.evaluator import Evaluator
 from mmengine.structures import BaseDataElement
 
+from mmdinomamba.engine.checkpoint import dump_atomic
 from mmdinomamba.evaluation import BinaryAUC, binary_auc, foreground_mask
-from .activation_maps import ActivationMaps, layer_activation_maps
+from .activation_maps import ActivationMaps, activation_maps, layer_activation_maps
+from .adapters import normalise_layers
 from .figures import pyplot, save_figure
+from .mixing import num_layers
 
 Tensor = torch.Tensor
 
 __all__ = [
-    'display_images', 'label_map', 'layer_auc', 'map_aucs', 'plot_layer_auc',
-    'plot_map_grid', 'preprocess_samples'
+    'display_images', 'format_layer_auc', 'label_map', 'layer_auc', 'map_aucs',
+    'plot_layer_auc', 'plot_map_grid', 'preprocess_samples', 'write_report'
 ]
 
 
@@ -240,3 +245,63 @@ def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
     fig.tight_layout()
     save_figure(fig, path)
 
+
+
+def format_layer_auc(rows: List[dict]) -> str:
+    """The per-layer table of :func:`layer_auc` rows (blocks 1-based)."""
+    lines = ['block  binary_auc  mean_map_auc  skipped']
+    lines += [f"{row['layer'] + 1:5d}  {row['binary_auc']:10.4f}  "
+              f"{row['mean_map_auc']:12.4f}  {row['num_skipped']:7d}" for row in rows]
+    return '\n'.join(lines)
+
+
+def write_report(model, dataset, out_dir: str, grid_images: Sequence[int],
+                 curve_images: int, layers: Optional[Sequence[int]] = None,
+                 batch_size: int = 8, evaluator_cfg: Optional[dict] = None,
+                 dpi: int = 100, weights: str = 'random init',
+                 meta: Optional[dict] = None):
+    """The grid, the per-layer curve and its JSON for an ``ActivationMapModel``.
+
+    Writes ``activation_maps.png`` (the maps of ``grid_images`` at the model's
+    layer), ``layer_auc.png`` and ``layer_auc.json`` (Binary-AUC of every layer
+    over the first ``curve_images`` images) to ``out_dir``.
+
+    Args:
+        model (ActivationMapModel): on its device, in eval mode.
+        dataset: dataset with label maps.
+        out_dir (str): output folder.
+        grid_images (Sequence[int]): dataset indices of the grid rows.
+        curve_images (int): images of the curve (the first ones of the dataset).
+        layers (Sequence[int], optional): blocks of the curve; None = all.
+        batch_size (int): images per forward pass. Defaults to 8.
+        evaluator_cfg (dict, optional): the config's ``test_evaluator``.
+        dpi (int): resolution of the grid. Defaults to 100.
+        weights (str): what the weights are, for the titles.
+        meta (dict, optional): extra entries of the JSON (config, checkpoint).
+
+    Returns:
+        tuple: paths ``grid``, ``curve``, ``json``, and the :func:`layer_auc` rows.
+    """
+    name = type(model.backbone).__name__
+    inputs, samples = preprocess_samples(model, dataset, grid_images)
+    maps = activation_maps(model.backbone, inputs, model.layer, model.method,
+                           model.num_heads, model.feature_source)
+    labels = [label_map(s) for s in samples]
+    aucs = map_aucs(maps, labels, evaluator_cfg)
+    depth = num_layers(model.backbone)
+    block = normalise_layers([model.layer], depth)[0] + 1
+    paths = dict(grid=osp.join(out_dir, 'activation_maps.png'),
+                 curve=osp.join(out_dir, 'layer_auc.png'),
+                 json=osp.join(out_dir, 'layer_auc.json'))
+    plot_map_grid(display_images(model, inputs), labels, maps, aucs, paths['grid'],
+                  f'{name} ({weights}), block {block} of {depth}, {model.method} '
+                  'maps', evaluator_cfg, dpi=dpi)
+    indices = list(range(min(curve_images, len(dataset))))
+    rows = layer_auc(model, dataset, indices, evaluator_cfg, layers, batch_size)
+    plot_layer_auc(rows, paths['curve'], f'{name} ({weights}), {len(indices)} '
+                   f'images, {model.method} maps')
+    dump_atomic(dict(**(meta or {}), method=model.method, num_images=len(indices),
+                     layers=rows, grid=dict(images=list(grid_images),
+                                            layer=model.layer, aucs=aucs.tolist())),
+                paths['json'])
+    return paths, rows

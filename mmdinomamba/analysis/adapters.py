@@ -229,8 +229,10 @@ class MMPretrainViT:
                     raise _Stop
             return hook
 
-        handles = [vit.patch_embed.register_forward_hook(
-            lambda module, args, output: grid.setdefault('hw', output[1]))]
+        def grid_hook(module, args, output):
+            grid['hw'] = output[1]  # returns None: the output is kept
+
+        handles = [vit.patch_embed.register_forward_hook(grid_hook)]
         handles += [vit.layers[i].register_forward_hook(block_hook(i))
                     for i in indices]
         if mixer_inputs:

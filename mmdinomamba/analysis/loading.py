@@ -122,7 +122,9 @@ def load_backbone(config: Union[str, Config, dict],
         cfg_options (dict, optional): overrides merged into the config.
 
     Returns:
-        nn.Module: the built model, on the CPU, in training mode as built.
+        nn.Module: the built model, on the CPU, in training mode as built. The
+        config's default scope stays set (as mmengine's Runner leaves it), so
+        its datasets and transforms build in the same scope.
     """
     if part not in PARTS:
         raise ValueError(f'unknown part {part!r}; choose one of {PARTS}')

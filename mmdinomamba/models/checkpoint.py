@@ -68,7 +68,8 @@ def checkpoint_state_dict(checkpoint, source: str = 'checkpoint') -> Dict[str, T
         if isinstance(checkpoint.get(name), dict):
             state = checkpoint[name]
             break
-    tensors = {k: v for k, v in state.items() if isinstance(k, str) and torch.is_tensor(v)}
+    tensors = {k: v for k, v in state.items()
+               if isinstance(k, str) and torch.is_tensor(v)}
     if not tensors:
         raise ValueError(f'{source}: no tensors found in the checkpoint (top-level '
                          f'keys: {sorted(map(str, checkpoint))[:10]})')
@@ -100,9 +101,9 @@ def select_backbone_state(state: Dict[str, Tensor], backbone: nn.Module,
             return picked, start
     raise ValueError(
         f'{source}: the checkpoint has no {type(backbone).__name__} tensors under '
-        f'any of the prefixes {list(prefixes)}: none of its keys (e.g. '
-        f'{list(state)[:5]}) matches the backbone; check the config, the '
-        'checkpoint or the prefix')
+        f'any of the prefixes {list(prefixes)} (all {len(wanted)} backbone keys '
+        f'missing): none of its keys (e.g. {list(state)[:5]}) matches the '
+        'backbone; check the config, the checkpoint or the prefix')
 
 
 class KeyReport:

@@ -111,7 +111,7 @@ def test_mixer_protocol():
     assert mixer.mixing_info() == MixerInfo('ssd', 8, 8, ('forward', 'backward'))
     attn = build('linearvit').token_mixer(0)
     assert attn.mixing_info() == MixerInfo('linear', 2, 16, ('attention', ))
-    mha = as_mixer(build('vit').token_mixer(0))
+    mha = as_mixer(as_backbone(build('vit')).token_mixer(0))
     assert isinstance(mha, MMPretrainAttention)
     assert mha.mixing_info() == MixerInfo('softmax', 2, 16, ('attention', ))
     with pytest.raises(ValueError, match='not a known token mixer'):

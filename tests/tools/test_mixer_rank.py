@@ -51,3 +51,24 @@ def test_tool_needs_an_image_source(tmp_path, tool):
         tool.main([osp.join(REPO, 'configs', 'analysis',
                                    'linearvit-mini_p16_128px.py'),
                           '--out-dir', str(tmp_path)])
+
+
+def test_tool_refuses_a_checkpoint_that_does_not_cover_the_backbone(tmp_path, tool):
+    """A checkpoint with only the embeddings (a ViT's names and shapes) fails
+    naming the missing keys; --no-strict runs, keeping the random blocks."""
+    import torch
+    from mmengine.config import Config
+
+    from mmdinomamba.analysis.loading import load_backbone
+    config = osp.join(REPO, 'configs', 'analysis', 'dinovim-mini_p16_128px.py')
+    state = load_backbone(Config.fromfile(config)).state_dict()
+    path = str(tmp_path / 'embeddings.pth')
+    torch.save({k: v for k, v in state.items()
+                if not k.startswith(('layers.', 'norm_f'))}, path)
+    args = [config, path, '--toy', '--num-images', '1', '--img-size', '32',
+            '--layers', '0', '--chunk', '8', '--device', 'cpu', '--no-progress',
+            '--out-dir', str(tmp_path / 'out')]
+    with pytest.raises(ValueError, match=r'missing keys .*layers\.0\.mixer\.in_proj'):
+        tool.main(args)
+    assert not (tmp_path / 'out').exists()
+    assert 'json' in tool.main(args + ['--no-strict'])

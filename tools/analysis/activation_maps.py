@@ -27,15 +27,8 @@ from mmengine.config import DictAction
 from mmengine.logging import print_log
 from mmengine.registry import DATASETS
 
-from mmdinomamba.analysis.activation_map_report import (display_images, label_map,
-                                                        layer_auc, map_aucs,
-                                                        plot_layer_auc,
-                                                        plot_map_grid,
-                                                        preprocess_samples)
-from mmdinomamba.analysis.activation_maps import activation_maps
+from mmdinomamba.analysis.activation_map_report import format_layer_auc, write_report
 from mmdinomamba.analysis.loading import load_backbone, load_config
-from mmdinomamba.analysis.mixing import normalise_layers, num_layers
-from mmdinomamba.engine import dump_atomic
 
 
 def parse_args(argv=None):
@@ -83,39 +76,14 @@ def main(argv=None):
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     model.to(device).eval()
     dataset = DATASETS.build(cfg.test_dataloader.dataset)
-    evaluator_cfg = cfg.get('test_evaluator')
-
-    name = type(model.backbone).__name__
-    weights = osp.basename(args.checkpoint) if args.checkpoint else 'random init'
-    inputs, samples = preprocess_samples(model, dataset, args.images)
-    maps = activation_maps(model.backbone, inputs, model.layer, model.method,
-                           model.num_heads, model.feature_source)
-    labels = [label_map(s) for s in samples]
-    aucs = map_aucs(maps, labels, evaluator_cfg)
-    depth = num_layers(model.backbone)
-    block = normalise_layers([model.layer], depth)[0] + 1
-    grid_path = osp.join(args.out_dir, 'activation_maps.png')
-    plot_map_grid(display_images(model, inputs), labels, maps, aucs, grid_path,
-                  f'{name} ({weights}), block {block} of {depth}, {model.method} '
-                  'maps', evaluator_cfg, dpi=args.dpi)
-
-    indices = list(range(min(args.curve_images, len(dataset))))
-    rows = layer_auc(model, dataset, indices, evaluator_cfg, args.layers,
-                     args.batch_size)
-    curve_path = osp.join(args.out_dir, 'layer_auc.png')
-    plot_layer_auc(rows, curve_path, f'{name} ({weights}), {len(indices)} images, '
-                   f'{model.method} maps')
-    json_path = osp.join(args.out_dir, 'layer_auc.json')
-    dump_atomic(dict(config=args.config, checkpoint=args.checkpoint,
-                     method=model.method, num_images=len(indices), layers=rows,
-                     grid=dict(images=args.images, layer=model.layer,
-                               aucs=aucs.tolist())), json_path)
-    print('block  binary_auc  mean_map_auc  skipped')
-    for row in rows:
-        print(f"{row['layer'] + 1:5d}  {row['binary_auc']:10.4f}  "
-              f"{row['mean_map_auc']:12.4f}  {row['num_skipped']:7d}")
-    print_log(f'wrote {grid_path}, {curve_path}, {json_path}', logger='current')
-    return dict(grid=grid_path, curve=curve_path, json=json_path)
+    paths, rows = write_report(
+        model, dataset, args.out_dir, args.images, args.curve_images, args.layers,
+        args.batch_size, cfg.get('test_evaluator'), args.dpi,
+        osp.basename(args.checkpoint) if args.checkpoint else 'random init',
+        dict(config=args.config, checkpoint=args.checkpoint))
+    print(format_layer_auc(rows))
+    print_log('wrote ' + ', '.join(paths.values()), logger='current')
+    return paths
 
 
 if __name__ == '__main__':

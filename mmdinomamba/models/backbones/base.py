@@ -161,9 +161,15 @@ def _normalise_indices(indices: Union[int, Sequence[int]], depth: int) -> List[i
 class PlainBackbone(BaseModule):
     """Base class: output formatting, position embeddings, freezing, lr decay.
 
-    Subclasses set ``arch_zoo``/``essential_keys``, build ``patch_embed``,
-    ``pos_embed`` and ``layers`` and implement :meth:`embed` and
-    :meth:`forward_tokens`.
+    Subclasses set ``arch_zoo``/``essential_keys``/``feature_sources``, build
+    ``patch_embed``, ``pos_embed`` and ``layers`` and implement :meth:`embed`,
+    :meth:`forward_tokens` and :meth:`token_mixer`.
+
+    Analysis reads a backbone through :meth:`forward_intermediates` (per-block
+    tokens, their :class:`TokenLayout`, the mixers' inputs) and
+    :meth:`token_mixer` (a :class:`~mmdinomamba.models.mixers.TokenMixer`);
+    ``init_cfg=dict(type='Pretrained', ..., strict=True)`` loads a checkpoint
+    with every key checked (:meth:`init_weights`).
 
     Output types (``out_type``), for each index in ``out_indices``:
 
