@@ -35,7 +35,7 @@ from collections import defaultdict
 from typing import Dict, List, Tuple
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb16-rich_toy.py'
+DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb8-6e_toy-rich.py'
 PROBE_CONFIG = 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py'
 # the rich toy data: 4 (shape, texture) classes, >= 200 held-out images with masks
 TOY_DATA = dict(num_classes=4, train_per_class=64, val_per_class=64, size=64,
