@@ -73,8 +73,8 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
     if any(m['ranks'] for m in results['models']):
         lines += ['## Mixing-matrix ranks by block', '',
                   'Mean over heads and images; the bounds are the paper\'s '
-                  '(mmdinomamba.analysis.mixing_rank.offdiag_bounds): whole matrix, and an '
-                  'off-diagonal block (algebra / paper).', '',
+                  '(mmdinomamba.analysis.mixing_rank.offdiag_bounds): whole '
+                  'matrix, and an off-diagonal block (algebra / paper).', '',
                   '![Ranks against depth](rank_vs_depth.png)', '',
                   '| model | block | matrix | L | rank | bound | effective rank | '
                   'off-diag block max | bound algebra / paper | within |',
