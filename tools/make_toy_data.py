@@ -4,10 +4,12 @@ Example::
 
     python tools/make_toy_data.py data/toy --num-classes 4 --train-per-class 16 \
         --val-per-class 4 --size 96 --seed 0
+    python tools/make_toy_data.py data/toy_rich --style rich --num-classes 4 \
+        --train-per-class 128 --val-per-class 64 --size 64 --formats imagenet
 """
 import argparse
 
-from mmdinomamba.datasets.toy import FORMATS, make_toy_dataset
+from mmdinomamba.datasets.toy import FORMATS, STYLES, make_toy_dataset
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--formats', nargs='+', choices=FORMATS,
                         default=list(FORMATS))
+    parser.add_argument('--style', choices=STYLES, default='simple',
+                        help="'rich': shape and texture classes in random colours "
+                        'on cluttered backgrounds')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace a toy dataset made with other arguments')
     return parser
@@ -35,7 +40,7 @@ def main(argv=None) -> None:
                          train_per_class=args.train_per_class,
                          val_per_class=args.val_per_class, size=args.size,
                          seed=args.seed, formats=args.formats,
-                         overwrite=args.overwrite)
+                         overwrite=args.overwrite, style=args.style)
     except (ValueError, FileExistsError) as err:
         parser.error(str(err))
 

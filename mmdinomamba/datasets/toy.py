@@ -9,6 +9,18 @@ saturated (HSV saturation >= 0.65, value >= 0.4) and have their own stripes/nois
 texture in brightness; the background's saturation stays <= 0.2. So a mask can be
 read back from the image alone, and a linear probe can learn shape and colour.
 
+``style='rich'`` (``make_toy_dataset(..., style='rich')``) is the harder variant
+for self-supervised training and the mixer comparison: class ``c`` is a shape among
+``RICH_SHAPES`` (``c mod 4``) *and* an object texture among ``RICH_TEXTURES``
+(``c mod 3``), so the first 12 classes are distinct (shape, texture) pairs; the
+colour of every object is random (no class information in colour). The background
+is cluttered: a mosaic of 3 x 3 to 5 x 5 tiles, each of its own random hue,
+saturation, brightness and pattern, then 3-6 small distractor shapes of random colours (background in the masks). On it, one main
+object of the image's class (the largest) and, half of the time, one smaller
+object of a random class; objects do not overlap each other. A mask can no longer
+be read from the saturation; the label maps are the truth. Class names are
+``c<kkk>_<shape>-<texture>``.
+
 Everything is seeded: sample ``i`` of split ``s`` draws from
 ``numpy.random.default_rng([seed, s, i])``, so the bytes of every file depend only
 on the arguments (and the PNG/JPEG encoders).
@@ -64,10 +76,14 @@ import numpy as np
 from mmengine.logging import print_log
 from PIL import Image
 
-__all__ = ['SHAPES', 'ToyObject', 'toy_class_names', 'render_toy_sample',
+__all__ = ['SHAPES', 'RICH_SHAPES', 'RICH_TEXTURES', 'STYLES', 'ToyObject',
+           'toy_class_names', 'render_toy_sample', 'render_rich_sample',
            'mask_to_rle', 'make_toy_dataset']
 
 SHAPES = ('ellipse', 'rectangle', 'triangle')
+RICH_SHAPES = ('ellipse', 'rectangle', 'triangle', 'cross')
+RICH_TEXTURES = ('stripes', 'checker', 'dots')
+STYLES = ('simple', 'rich')
 FORMATS = ('imagenet', 'ade', 'coco')
 SPLITS = ('train', 'val')
 ADE_SPLITS = {'train': 'training', 'val': 'validation'}
@@ -84,7 +100,7 @@ class ToyObject:
 
     Attributes:
         label (int): class id in [0, num_classes).
-        shape (str): one of ``SHAPES``.
+        shape (str): one of ``SHAPES`` (rich style: ``RICH_SHAPES``).
         mask (np.ndarray): (height, width) bool, its pixels.
         polygon (tuple[float, ...], optional): (x0, y0, x1, y1, ...) vertices for
             rectangles and triangles, None for ellipses.
@@ -95,8 +111,23 @@ class ToyObject:
     polygon: Optional[Tuple[float, ...]]
 
 
-def toy_class_names(num_classes: int) -> List[str]:
-    """Class names ``c<kkk>_<shape>``; they sort in class-id order."""
+def _rich_class(label: int) -> Tuple[str, str]:
+    """(shape, texture) of class ``label`` in the rich style."""
+    return (RICH_SHAPES[label % len(RICH_SHAPES)],
+            RICH_TEXTURES[label % len(RICH_TEXTURES)])
+
+
+def _check_style(style: str) -> None:
+    if style not in STYLES:
+        raise ValueError(f'unknown style {style!r}; choose one of {STYLES}')
+
+
+def toy_class_names(num_classes: int, style: str = 'simple') -> List[str]:
+    """Class names ``c<kkk>_<shape>`` (rich: ``c<kkk>_<shape>-<texture>``); they
+    sort in class-id order."""
+    _check_style(style)
+    if style == 'rich':
+        return [f'c{k:03d}_' + '-'.join(_rich_class(k)) for k in range(num_classes)]
     return [f'c{k:03d}_{SHAPES[k % len(SHAPES)]}' for k in range(num_classes)]
 
 
@@ -180,6 +211,15 @@ def _shape_mask(rng: np.random.Generator, shape: str, size: int,
         ys, xs = np.mgrid[0:size, 0:size] + 0.5
         local = np.stack([xs - centre[0], ys - centre[1]], -1) @ rotation
         return ((local / axes)**2).sum(-1) <= 1, None
+    if shape == 'cross':
+        # two bars through the centre, at right angles: a non-convex union
+        width = rng.uniform(0.28, 0.4)
+        mask = np.zeros((size, size), bool)
+        for bar in (np.array([[-1, -width], [1, -width], [1, width], [-1, width]]),
+                    np.array([[-width, -1], [width, -1], [width, 1], [-width, 1]])):
+            mask |= _convex_polygon_mask(radius * 0.95 * bar @ rotation.T + centre,
+                                         size)
+        return mask, None
     if shape == 'rectangle':
         spread = rng.uniform(0.45, 1.12)
         half = radius * np.array([np.cos(spread), np.sin(spread)])
@@ -189,7 +229,7 @@ def _shape_mask(rng: np.random.Generator, shape: str, size: int,
         corners = radius * rng.uniform(0.8, 1.0, (3, 1)) * np.stack(
             [np.cos(corner_angles), np.sin(corner_angles)], -1)
     else:
-        raise ValueError(f'unknown shape {shape!r}, choose from {SHAPES}')
+        raise ValueError(f'unknown shape {shape!r}, choose from {RICH_SHAPES}')
     # Rounded as written to the COCO file, so the polygon there defines the mask.
     vertices = np.round(corners @ rotation.T + centre, 2)
     return _convex_polygon_mask(vertices, size), vertices
@@ -239,6 +279,108 @@ def render_toy_sample(rng: np.random.Generator, label: int, num_classes: int,
         hue[mask] = obj_hue
         sat[mask] = rng.uniform(OBJECT_MIN_SATURATION, 1.0)
         val[mask] = np.clip(rng.uniform(0.6, 0.85) + 0.15 * texture[mask], 0.4, 1.0)
+        label_map[mask] = obj_label + 1
+        polygon = None if vertices is None else tuple(
+            float(v) for v in vertices.reshape(-1))
+        objects.append(ToyObject(obj_label, shape, mask, polygon))
+    image = np.round(_hsv_to_rgb(hue, sat, val) * 255).astype(np.uint8)
+    return image, label_map, objects
+
+
+def _texture(rng: np.random.Generator, kind: str, size: int) -> np.ndarray:
+    """An object texture in [-1, 1], (size, size): 'stripes', 'checker' or 'dots'.
+
+    Periods scale with the image (size / 16 to size / 8 pixels), so a 64 px image
+    with 8 px patches shows one to two periods per patch.
+    """
+    ys, xs = np.mgrid[0:size, 0:size] + 0.5
+    angle = rng.uniform(0, np.pi)
+    u = xs * np.cos(angle) + ys * np.sin(angle)
+    v = -xs * np.sin(angle) + ys * np.cos(angle)
+    period = rng.uniform(size / 16, size / 8)
+    phase = rng.uniform(0, 2 * np.pi, 2)
+    if kind == 'stripes':
+        return np.sign(np.sin(2 * np.pi * u / period + phase[0]))
+    if kind == 'checker':
+        return np.sign(np.sin(np.pi * u / period + phase[0]) *
+                       np.sin(np.pi * v / period + phase[1]))
+    if kind == 'dots':
+        wave = np.sin(2 * np.pi * u / period + phase[0]) * \
+            np.sin(2 * np.pi * v / period + phase[1])
+        return np.where(wave > 0.5, 1.0, -1.0)
+    raise ValueError(f'unknown texture {kind!r}, choose from {RICH_TEXTURES}')
+
+
+def _place(rng: np.random.Generator, shape: str, size: int, radius_range,
+           taken: np.ndarray, tries: int = 20) -> Tuple[Optional[np.ndarray],
+                                                         Optional[np.ndarray]]:
+    """A random shape whose pixels miss ``taken``; (None, None) after ``tries``."""
+    for _ in range(tries):
+        mask, vertices = _shape_mask(rng, shape, size,
+                                     size * rng.uniform(*radius_range))
+        if mask.any() and not (mask & taken).any():
+            return mask, vertices
+    return None, None
+
+
+def render_rich_sample(rng: np.random.Generator, label: int, num_classes: int,
+                       size: int) -> Tuple[np.ndarray, np.ndarray, List[ToyObject]]:
+    """Draw one image of class ``label`` in the rich style (module docstring).
+
+    Args:
+        rng (np.random.Generator): the sample's generator.
+        label (int): image class in [0, num_classes).
+        num_classes (int): number of classes.
+        size (int): image side in pixels.
+
+    Returns:
+        tuple: image (size, size, 3) uint8 RGB, label map (size, size) int64 with
+        0 = background (clutter included) and class id + 1 on object pixels, and
+        the objects (the first one is of class ``label``, the largest).
+    """
+    # a mosaic of tiles, each its own hue, saturation, brightness and pattern, so
+    # that two crops of one image share its objects but not its background
+    tiles = int(rng.integers(3, 6))
+    edges = np.linspace(0, size, tiles + 1).round().astype(int)
+    hue, sat, val = (np.empty((size, size)) for _ in range(3))
+    for r in range(tiles):
+        for c in range(tiles):
+            rows = slice(edges[r], edges[r + 1])
+            cols = slice(edges[c], edges[c + 1])
+            hue[rows, cols] = rng.uniform()
+            sat[rows, cols] = rng.uniform(0, 0.6)
+            pattern = _pattern(rng, size, ('noise', 'stripes', 'gradient', 'checker'))
+            val[rows, cols] = np.clip(rng.uniform(0.25, 0.75) +
+                                      0.2 * pattern[rows, cols], 0.05, 0.95)
+    nothing = np.zeros((size, size), bool)
+    for _ in range(int(rng.integers(3, 7))):
+        mask, _ = _place(rng, RICH_SHAPES[rng.integers(len(RICH_SHAPES))], size,
+                         (0.04, 0.08), nothing, tries=1)
+        if mask is None:
+            continue
+        hue[mask] = rng.uniform()
+        sat[mask] = rng.uniform(0.2, 1.0)
+        val[mask] = np.clip(rng.uniform(0.2, 0.9) +
+                            0.1 * _pattern(rng, size, ('noise', ))[mask], 0.05, 1.0)
+    label_map = np.zeros((size, size), np.int64)
+    objects: List[ToyObject] = []
+    num_objects = 1 + int(rng.integers(2))
+    for index in range(num_objects):
+        obj_label = label if index == 0 else int(rng.integers(num_classes))
+        shape, texture = _rich_class(obj_label)
+        radius_range = (0.3, 0.42) if index == 0 else (0.1, 0.16)
+        mask, vertices = _place(rng, shape, size, radius_range, label_map > 0)
+        if mask is not None and index > 0 and mask.sum() >= objects[0].mask.sum():
+            mask = None
+        if mask is None:
+            if index == 0:
+                raise RuntimeError('could not place the main object; the image '
+                                   f'size {size} is too small')
+            continue
+        hue[mask] = rng.uniform()
+        sat[mask] = rng.uniform(0.25, 1.0)
+        val[mask] = np.clip(rng.uniform(0.45, 0.7) +
+                            0.3 * _texture(rng, texture, size)[mask], 0.05, 1.0)
         label_map[mask] = obj_label + 1
         polygon = None if vertices is None else tuple(
             float(v) for v in vertices.reshape(-1))
@@ -316,15 +458,15 @@ def _check_args(num_classes, train_per_class, val_per_class, size, seed,
 
 def _write_split(root: str, split: str, split_id: int, names: List[str],
                  per_class: int, size: int, seed: int,
-                 formats: Tuple[str, ...]) -> None:
+                 formats: Tuple[str, ...], style: str = 'simple') -> None:
     """Render and write every sample of one split under ``root``."""
+    render = render_rich_sample if style == 'rich' else render_toy_sample
     ann_lines = []
     coco_images, coco_anns = [], []
     for label, name in enumerate(names):
         for i in range(per_class):
             rng = np.random.default_rng([seed, split_id, label * per_class + i])
-            image, label_map, objects = render_toy_sample(rng, label, len(names),
-                                                          size)
+            image, label_map, objects = render(rng, label, len(names), size)
             stem = f'{name}_{i:05d}'
             if 'imagenet' in formats:
                 _write(osp.join(root, split, name, f'{stem}.png'),
@@ -356,7 +498,8 @@ def _write_split(root: str, split: str, split_id: int, names: List[str],
     if 'imagenet' in formats:
         _write(osp.join(root, 'meta', f'{split}.txt'), ''.join(ann_lines).encode())
     if 'coco' in formats:
-        categories = [dict(id=k + 1, name=name, supercategory=SHAPES[k % len(SHAPES)])
+        categories = [dict(id=k + 1, name=name,
+                           supercategory=name.split('_', 1)[1].split('-')[0])
                       for k, name in enumerate(names)]
         coco = dict(info=dict(description='mmdinomamba toy dataset'), licenses=[],
                     images=coco_images, annotations=coco_anns,
@@ -384,7 +527,8 @@ def make_toy_dataset(out_dir: str,
                      size: int = 96,
                      seed: int = 0,
                      formats: Sequence[str] = FORMATS,
-                     overwrite: bool = False) -> str:
+                     overwrite: bool = False,
+                     style: str = 'simple') -> str:
     """Generate the toy dataset under ``out_dir`` (see the module docstring).
 
     The dataset is written into a temporary folder next to ``out_dir`` and renamed
@@ -402,6 +546,9 @@ def make_toy_dataset(out_dir: str,
             ImageNet-S masks), ``'ade'``, ``'coco'``.
         overwrite (bool): replace an existing toy dataset made with other
             arguments (or with an unreadable stamp).
+        style (str): ``'simple'`` (colour-coded shapes, the default) or
+            ``'rich'`` (shape and texture classes in random colours on cluttered
+            backgrounds; see the module docstring).
 
     Returns:
         str: ``out_dir``.
@@ -414,6 +561,7 @@ def make_toy_dataset(out_dir: str,
     """
     formats = _check_args(num_classes, train_per_class, val_per_class, size, seed,
                           formats)
+    _check_style(style)
     if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir):
         raise ValueError(f'out_dir must be a non-empty path, got {out_dir!r}')
     root = osp.abspath(out_dir)
@@ -421,6 +569,8 @@ def make_toy_dataset(out_dir: str,
                 train_per_class=int(train_per_class),
                 val_per_class=int(val_per_class), size=int(size), seed=int(seed),
                 formats=list(formats))
+    if style != 'simple':  # simple-style stamps stay as they were before styles
+        args['style'] = style
     if osp.exists(root):
         if not osp.isdir(root):
             raise FileExistsError(f'{root} exists and is not a folder')
@@ -447,17 +597,19 @@ def make_toy_dataset(out_dir: str,
     tmp = tempfile.mkdtemp(prefix=f'.{osp.basename(root)}.tmp-', dir=parent)
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a dataset is shared
-        names = toy_class_names(num_classes)
+        names = toy_class_names(num_classes, style)
         _write(osp.join(tmp, 'classes.txt'), ''.join(f'{n}\n' for n in names).encode())
         for split_id, (split, per_class) in enumerate(
                 zip(SPLITS, (train_per_class, val_per_class))):
-            _write_split(tmp, split, split_id, names, per_class, size, seed, formats)
+            _write_split(tmp, split, split_id, names, per_class, size, seed, formats,
+                         style)
         _write(osp.join(tmp, STAMP), json.dumps(args, sort_keys=True).encode())
         _swap_into_place(tmp, root)
     finally:
         if osp.exists(tmp):
             shutil.rmtree(tmp)
-    print_log(f'toy dataset written to {root} ({num_classes} classes, '
+    print_log(f'toy dataset written to {root} ({style} style, {num_classes} '
+              'classes, '
               f'{train_per_class}/{val_per_class} train/val images per class, '
               f'{size} px, formats {list(formats)})', logger='current')
     return out_dir

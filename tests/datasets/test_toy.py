@@ -299,3 +299,43 @@ def test_loads_with_mmdet(toy_root):
         instances = dataset.get_data_info(index)['instances']
         assert 1 <= len(instances) <= 3
         assert all(0 <= inst['bbox_label'] < NUM_CLASSES for inst in instances)
+
+
+def test_rich_style(tmp_path):
+    from mmdinomamba.datasets import RICH_SHAPES, RICH_TEXTURES, render_rich_sample
+    names = toy_class_names(12, 'rich')
+    # classes 0..11 are the 12 distinct (shape, texture) pairs
+    pairs = [tuple(n.split('_', 1)[1].split('-')) for n in names]
+    assert len(set(pairs)) == 12 and {s for s, _ in pairs} == set(RICH_SHAPES) and \
+        {t for _, t in pairs} == set(RICH_TEXTURES)
+    hues = {}
+    for label in range(4):
+        for i in range(12):
+            image, label_map, objects = render_rich_sample(
+                np.random.default_rng([1, label, i]), label, 4, 64)
+            assert objects[0].label == label
+            assert objects[0].shape == pairs[label][0]
+            ids, areas = np.unique(label_map[label_map > 0], return_counts=True)
+            assert ids[np.argmax(areas)] == label + 1
+            for obj in objects:
+                assert (label_map[obj.mask] == obj.label + 1).all()
+            hue, _ = hsv(image)
+            hues.setdefault(label, []).append(np.median(hue[objects[0].mask]))
+    # colour carries no class: every class's main objects span most of the hue circle
+    for values in hues.values():
+        assert np.ptp(values) > 0.5
+    root = make_toy_dataset(str(tmp_path / 'rich'), **dict(ARGS, style='rich'))
+    with open(osp.join(root, 'classes.txt')) as file:
+        assert file.read().split() == toy_class_names(NUM_CLASSES, 'rich')
+    with open(osp.join(root, 'toy_data.json')) as file:
+        assert json.load(file)['style'] == 'rich'
+    with open(osp.join(root, 'coco', 'annotations', 'instances_train.json')) as file:
+        coco = json.load(file)
+    for ann in coco['annotations']:  # crosses are not convex: RLE
+        category = coco['categories'][ann['category_id'] - 1]
+        if category['supercategory'] == 'cross':
+            assert isinstance(ann['segmentation'], dict)
+    with pytest.raises(ValueError, match="differ: \\['style'\\]"):
+        make_toy_dataset(root, **ARGS)
+    with pytest.raises(ValueError, match='unknown style'):
+        make_toy_dataset(str(tmp_path / 'x'), **dict(ARGS, style='fancy'))

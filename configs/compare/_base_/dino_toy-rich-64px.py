@@ -1,0 +1,66 @@
+# The small comparison recipe's shared part: DINO on the rich toy data (12
+# shape-and-texture classes in random colours on cluttered backgrounds, 64 px;
+# tools/run_comparison.py generates them) for one H200. Every model config swaps
+# `model.backbone` only, so the three mixers get the same data, crops, head,
+# schedule and budget. Epochs: tools/run_comparison.py --epochs E rewrites the
+# schedule consistently (it passes schedule_options(E) as --cfg-options).
+_base_ = [
+    '../../_base_/models/dino_dinovim-base-p16.py',
+    '../../_base_/datasets/imagenet_bs48_dino-multicrop.py',
+    '../../_base_/schedules/dino_adamw-coslr-100e.py',
+    'mmpretrain::_base_/default_runtime.py',
+]
+
+data_root = 'data/toy_rich_compare'
+embed_dims = 192
+num_layers = 12
+out_channels = 4096
+batch_size = 128
+max_epochs = 40
+warmup_epochs = 4
+
+model = dict(
+    # BatchNorm in the head, as in the CPU toy recipe (dino_dinovim-toy-p8_1xb8-10e_toy.py):
+    # toy images start with nearly parallel features
+    head=dict(in_channels=embed_dims, out_channels=out_channels, hidden_channels=1024,
+              bottleneck_channels=128, use_bn=True),
+    loss=dict(out_channels=out_channels),
+    teacher_momentum=0.99)
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='DINOMultiCrop', global_size=64, local_size=32, num_local_views=6),
+    dict(type='PackInputs'),
+]
+train_dataloader = dict(
+    batch_size=batch_size,
+    num_workers=12,
+    dataset=dict(data_root=data_root, pipeline=train_pipeline))
+
+# one GPU, fp16 AMP (a CPU run needs type='PerParamClipOptimWrapper')
+optim_wrapper = dict(type='PerParamClipAmpOptimWrapper',
+                     optimizer=dict(lr=5e-4 * batch_size / 256))
+auto_scale_lr = dict(base_batch_size=batch_size)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-4, by_epoch=True, begin=0,
+         end=warmup_epochs, convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', T_max=max_epochs - warmup_epochs, eta_min=1e-6,
+         by_epoch=True, begin=warmup_epochs, end=max_epochs,
+         convert_to_iter_based=True),
+    dict(type='CosineAnnealingParamScheduler', param_name='weight_decay',
+         eta_min_ratio=10.0, by_epoch=True, begin=0, end=max_epochs,
+         convert_to_iter_based=True),
+]
+train_cfg = dict(max_epochs=max_epochs)
+# about 1900 steps: the paper's 0.996 would leave the teacher near its init
+custom_hooks = [
+    dict(type='DINOTeacherMomentumHook', base_momentum=0.99, final_momentum=1.0),
+    dict(type='DINOTeacherTempHook', final_temp=0.04, warmup_temp=0.04,
+         warmup_epochs=0),
+    dict(type='DINOFreezeLastLayerHook', freeze_epochs=1),
+]
+randomness = dict(seed=0)
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=20),
+    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=1,
+                    save_last=True))

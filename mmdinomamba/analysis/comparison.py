@@ -1,0 +1,564 @@
+"""Frozen-feature measures of a backbone on an image split: k-NN and Binary-AUC.
+
+The engine shared by ``tools/run_demo.py`` (DINO teacher against random init) and
+``tools/analysis/compare_mixers.py`` (several models side by side). For each
+image of a split and each requested block it keeps
+
+- the readout feature r (the [CLS] token, or the register mean: the backbone's
+  ``cls_token`` output at the last block), (dim,);
+- the Binary-AUC (:func:`mmdinomamba.evaluation.binary_auc`, exact, the
+  default of :class:`~mmdinomamba.evaluation.BinaryAUC`) of the cosine
+  activation map of every head and of the head-mean map, upsampled bilinearly to
+  the image, against the image's foreground (label not in ``background_indices``,
+  default 0; ``ignore_index`` pixels left out).
+
+k-NN accuracy (:func:`mmdinomamba.evaluation.knn_accuracy`) classifies the
+validation readouts of a block against the training readouts of the same block.
+Every number is kept per image, so :func:`mmdinomamba.evaluation.bootstrap_ci`
+gives its interval over images.
+
+Images are read from an ImageNet-style split (an annotation file of
+``<relative path> <class id>`` lines under a data prefix), with optional RGB or
+grey label-map PNGs at the same relative paths under a mask prefix (the toy
+generator's ``masks/<split>/`` and ImageNet-S's layout). Each image and its label
+map are resized (short side, bicubic / nearest) and centre-cropped to one size.
+"""
+import os.path as osp
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+from mmengine.utils import ProgressBar
+
+from mmdinomamba.evaluation import binary_auc, foreground_mask, knn_accuracy
+from .activation_maps import cosine_similarity_maps, upsample_maps
+from .adapters import as_backbone, eval_no_grad, normalise_layers
+from .images import DEFAULT_PREPROCESSOR
+from .mixing import mixer_info
+
+Tensor = torch.Tensor
+
+__all__ = ['ImageSplit', 'Measurement', 'ModelSpec', 'compare_models',
+           'load_model', 'load_split', 'map_aucs', 'measure_backbone', 'knn_hits',
+           'preprocess_image', 'preprocess_label_map', 'probe_hits',
+           'rank_by_layer']
+
+
+@dataclass
+class ImageSplit:
+    """Preprocessed images of one split.
+
+    Attributes:
+        images (Tensor): (num_images, 3, size, size) float32, normalised.
+        labels (Tensor): (num_images,) int64 class ids.
+        label_maps (Tensor, optional): (num_images, size, size) int64, 0 =
+            background; None when the split has no masks.
+        paths (list[str]): the images' paths relative to the data prefix.
+    """
+    images: Tensor
+    labels: Tensor
+    label_maps: Optional[Tensor]
+    paths: List[str]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+@dataclass
+class Measurement:
+    """Per-image measures of one backbone on one split.
+
+    Attributes:
+        readouts (dict): block index -> (num_images, dim) float32 readout features.
+        aucs (dict, optional): block index -> (num_images, heads + 1) float64
+            Binary-AUC of each head's map then of the head-mean map (nan for an
+            image without foreground or background); None without label maps.
+    """
+    readouts: Dict[int, Tensor]
+    aucs: Optional[Dict[int, np.ndarray]]
+
+
+def _resized_box(h: int, w: int, size: int):
+    """Resized (width, height) with the short side at ``size``, and the centre crop
+    box (left, top, right, bottom) of ``size`` x ``size`` in it."""
+    scale = size / min(h, w)
+    new = (max(size, round(w * scale)), max(size, round(h * scale)))
+    left, top = (new[0] - size) // 2, (new[1] - size) // 2
+    return new, (left, top, left + size, top + size)
+
+
+def preprocess_image(image: np.ndarray, size: int) -> Tensor:
+    """uint8 RGB (height, width, 3) -> normalised (3, size, size) float32.
+
+    The shorter side goes to ``size`` (bicubic), then a centre crop; normalised
+    with mmpretrain's ImageNet mean and std (0-255 scale).
+    """
+    from PIL import Image
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f'expected a uint8 RGB image (height, width, 3), got '
+                         f'{image.dtype} {image.shape}')
+    new, box = _resized_box(*image.shape[:2], size)
+    pil = Image.fromarray(image)
+    if new != pil.size:
+        pil = pil.resize(new, Image.BICUBIC)
+    array = np.asarray(pil.crop(box), np.float32)
+    mean = np.array(DEFAULT_PREPROCESSOR['mean'], np.float32)
+    std = np.array(DEFAULT_PREPROCESSOR['std'], np.float32)
+    return torch.from_numpy((array - mean) / std).permute(2, 0, 1).contiguous()
+
+
+def preprocess_label_map(ids: np.ndarray, size: int) -> Tensor:
+    """A (height, width) label map with the geometry of :func:`preprocess_image`.
+
+    The shorter side goes to ``size`` (nearest neighbour), then a centre crop.
+
+    Returns:
+        Tensor: (size, size) int64.
+    """
+    from PIL import Image
+    if ids.ndim != 2:
+        raise ValueError(f'a label map must be (height, width), got {ids.shape}')
+    new, box = _resized_box(*ids.shape, size)
+    pil = Image.fromarray(ids.astype(np.int32))
+    if new != pil.size:
+        pil = pil.resize(new, Image.NEAREST)
+    return torch.from_numpy(np.asarray(pil.crop(box), np.int64).copy())
+
+
+def load_split(data_root: str,
+               ann_file: str,
+               data_prefix: str,
+               size: int,
+               mask_prefix: Optional[str] = None,
+               limit: Optional[int] = None) -> ImageSplit:
+    """Read and preprocess an ImageNet-style split (see the module docstring).
+
+    Args:
+        data_root (str): dataset root.
+        ann_file (str): annotation file relative to ``data_root``; each line is
+            ``<path relative to data_prefix> <class id>``.
+        data_prefix (str): image folder relative to ``data_root``.
+        size (int): side of the preprocessed images (and label maps).
+        mask_prefix (str, optional): label-map folder relative to ``data_root``
+            (PNG at the image's relative path, extension ``.png``); None = no masks.
+        limit (int, optional): keep only the first ``limit`` lines.
+
+    Returns:
+        ImageSplit: the split.
+    """
+    from PIL import Image
+
+    from mmdinomamba.datasets import read_label_map
+    ann = osp.join(data_root, ann_file)
+    if not osp.isfile(ann):
+        raise FileNotFoundError(f'annotation file {ann!r} does not exist')
+    with open(ann) as f:
+        lines = [line.split() for line in f if line.strip()]
+    if limit is not None:
+        lines = lines[:limit]
+    if not lines:
+        raise ValueError(f'{ann} lists no images')
+    images, labels, maps, paths = [], [], [], []
+    for fields in lines:
+        if len(fields) != 2:
+            raise ValueError(f'{ann}: expected "<path> <class id>" lines, got '
+                             f'{" ".join(fields)!r}')
+        rel, label = fields
+        with Image.open(osp.join(data_root, data_prefix, rel)) as image:
+            images.append(preprocess_image(np.asarray(image.convert('RGB')), size))
+        labels.append(int(label))
+        paths.append(rel)
+        if mask_prefix is not None:
+            mask = osp.join(data_root, mask_prefix, osp.splitext(rel)[0] + '.png')
+            if not osp.isfile(mask):
+                raise FileNotFoundError(f'no label map {mask!r} for image {rel!r}')
+            maps.append(preprocess_label_map(read_label_map(mask), size))
+    return ImageSplit(torch.stack(images), torch.tensor(labels),
+                      torch.stack(maps) if maps else None, paths)
+
+
+def _num_heads(api, index: int, dim: int) -> int:
+    """Heads of block ``index``'s mixer (1 when they do not divide the width)."""
+    heads = mixer_info(api.token_mixer(index)).nheads
+    return heads if dim % heads == 0 else 1
+
+
+def _features(api, images: Tensor, indices: Sequence[int]):
+    """Per-block token sequences and their layout (eval mode, no gradients)."""
+    with eval_no_grad(api):
+        out = api.forward_intermediates(images, indices)
+    return out.features, out.layout
+
+
+def map_aucs(maps: Tensor, label_maps: Tensor,
+             background_indices: Sequence[int] = (0, ),
+             ignore_index: Optional[int] = 255) -> np.ndarray:
+    """Exact Binary-AUC of each map of each image.
+
+    Args:
+        maps (Tensor): (batch, num_maps, height, width), the label maps' size.
+        label_maps (Tensor): (batch, height, width) class ids.
+        background_indices (Sequence[int]): labels merged into background.
+        ignore_index (int, optional): label in neither class.
+
+    Returns:
+        np.ndarray: (batch, num_maps) float64, nan for an image whose valid
+        foreground or background is empty.
+    """
+    out = np.empty(maps.shape[:2])
+    for b, (image_maps, labels) in enumerate(zip(maps, label_maps)):
+        fg, valid = foreground_mask(labels, background_indices, ignore_index)
+        for j, m in enumerate(image_maps):
+            out[b, j] = binary_auc(m, fg, valid)
+    return out
+
+
+def measure_backbone(backbone: nn.Module,
+                     split: ImageSplit,
+                     layers: Optional[Sequence[int]] = None,
+                     with_maps: bool = True,
+                     batch_size: int = 32,
+                     device: str = 'cpu',
+                     progress: bool = False) -> Measurement:
+    """Readout features and Binary-AUCs of every image at every requested block.
+
+    Args:
+        backbone (nn.Module): DinoVim, LinearViT or mmpretrain VisionTransformer;
+            it is moved to ``device`` and run in eval mode without gradients.
+        split (ImageSplit): the images (and label maps).
+        layers (Sequence[int], optional): block indices, negative from the end;
+            None = every block.
+        with_maps (bool): score activation maps (needs ``split.label_maps``).
+        batch_size (int): images per forward pass. Defaults to 32.
+        device (str): 'cpu' or 'cuda[:i]'. Defaults to 'cpu'.
+        progress (bool): show an mmengine ProgressBar over the images.
+
+    Returns:
+        Measurement: readouts (float32, on the CPU) and AUCs per block.
+    """
+    if with_maps and split.label_maps is None:
+        raise ValueError('with_maps=True needs a split with label maps (mask_prefix)')
+    backbone = backbone.to(device)
+    api = as_backbone(backbone)
+    depth = api.num_layers
+    indices = normalise_layers(range(depth) if layers is None else layers, depth)
+    readouts: Dict[int, List[Tensor]] = {i: [] for i in indices}
+    aucs: Dict[int, List[np.ndarray]] = {i: [] for i in indices}
+    bar = ProgressBar(len(split)) if progress else None
+    for start in range(0, len(split), batch_size):
+        x = split.images[start:start + batch_size].to(device)
+        tokens, layout = _features(api, x, indices)
+        for i, t in tokens.items():
+            readout = t[:, layout.readout].mean(dim=1).float()
+            readouts[i].append(readout.cpu())
+            if not with_maps:
+                continue
+            grid = cosine_similarity_maps(readout, t[:, layout.patches].float(),
+                                          layout.hw, _num_heads(api, i, t.shape[-1]))
+            maps = upsample_maps(grid, x.shape[-2:]).cpu()
+            maps = torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)
+            aucs[i].append(map_aucs(maps, split.label_maps[start:start + batch_size]))
+        if bar is not None:
+            for _ in range(x.shape[0]):
+                bar.update()
+    if bar is not None:
+        print()
+    return Measurement({i: torch.cat(v) for i, v in readouts.items()},
+                       {i: np.concatenate(v) for i, v in aucs.items()}
+                       if with_maps else None)
+
+
+def knn_hits(train: Measurement, train_labels: Tensor, val: Measurement,
+             val_labels: Tensor, layer: int, k: int = 20,
+             temperature: float = 0.07) -> np.ndarray:
+    """Per-image k-NN correctness of the validation readouts of one block.
+
+    Returns:
+        np.ndarray: (num_val,) float64, 1.0 = right.
+    """
+    if layer not in train.readouts or layer not in val.readouts:
+        raise ValueError(f'block {layer} was not measured; measured: '
+                         f'{sorted(val.readouts)}')
+    return knn_accuracy(train.readouts[layer], train_labels, val.readouts[layer],
+                        val_labels, k, temperature).numpy()
+
+
+# --------------------------------------------------------------------------- #
+# Several models side by side
+# --------------------------------------------------------------------------- #
+@dataclass
+class ModelSpec:
+    """One model of a comparison.
+
+    Attributes:
+        name (str): its name in the report.
+        config (str): config file whose ``model.backbone`` (or ``model``) builds
+            the backbone.
+        checkpoint (str, optional): backbone weights (a teacher extracted with
+            ``tools/model_converters/extract_teacher.py``, an mmengine or an
+            official checkpoint); None = random initialisation.
+        probe_config (str, optional): linear-probe config (an mmpretrain
+            ``ImageClassifier`` on this backbone).
+        probe_checkpoint (str, optional): the trained probe (the whole
+            classifier, as ``tools/train.py`` saves it); needs ``probe_config``.
+        cfg_options (dict, optional): overrides merged into ``config`` (as
+            ``--cfg-options``), e.g. ``{'model.backbone.arch.num_layers': 2}``.
+    """
+    name: str
+    config: str
+    checkpoint: Optional[str] = None
+    probe_config: Optional[str] = None
+    probe_checkpoint: Optional[str] = None
+    cfg_options: Optional[dict] = None
+
+
+def _config(path: str, what: str):
+    from mmengine.config import Config
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'{what} config {path!r} does not exist')
+    try:
+        return Config.fromfile(path)
+    except Exception as err:  # mmengine raises several types for a broken file
+        raise ValueError(f'{what} config {path!r} could not be read: {err}') from err
+
+
+def load_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
+    """The backbone of ``spec`` through :func:`mmdinomamba.analysis.load_backbone`:
+    built from its config (without the config's own ``init_cfg``), initialised
+    under ``seed``, then filled strictly from its checkpoint if it has one.
+
+    Raises:
+        FileNotFoundError: the config or the checkpoint does not exist.
+        ValueError: the config builds no backbone, or the checkpoint does not fit.
+    """
+    from .loading import backbone_config, load_backbone
+    config = _config(spec.config, f'model {spec.name!r}:')
+    if spec.cfg_options:
+        config.merge_from_dict(spec.cfg_options)
+    cfg = backbone_config(config)
+    cfg.pop('init_cfg', None)
+    if spec.checkpoint is not None and not osp.isfile(spec.checkpoint):
+        raise FileNotFoundError(f'model {spec.name!r}: checkpoint '
+                                f'{spec.checkpoint!r} does not exist')
+    torch.manual_seed(seed)
+    try:
+        backbone = load_backbone(dict(model=cfg, default_scope=config.get(
+            'default_scope') or 'mmpretrain'))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f'model {spec.name!r}: {spec.config} does not build a '
+                         f'backbone ({type(err).__name__}: {err})') from err
+    if spec.checkpoint is not None:
+        from mmdinomamba.engine.checkpoint import allow_mmengine_checkpoint_types
+        from mmdinomamba.models.checkpoint import load_backbone_checkpoint
+        allow_mmengine_checkpoint_types()
+        try:
+            load_backbone_checkpoint(backbone, spec.checkpoint)
+        except (ValueError, RuntimeError, KeyError) as err:
+            raise ValueError(f'model {spec.name!r}: checkpoint {spec.checkpoint} '
+                             f'does not fit the backbone of {spec.config}: {err}'
+                             ) from err
+    backbone.eval()  # not chained: mmpretrain's ViT.train returns None
+    return backbone
+
+
+def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
+               device: str = 'cpu') -> np.ndarray:
+    """Per-image top-1 correctness of the model's trained linear probe.
+
+    The probe config's ``model`` (an mmpretrain classifier) is built without its
+    backbone ``init_cfg`` and filled strictly from ``probe_checkpoint``; the split's
+    images (already normalised) go straight into it.
+
+    Returns:
+        np.ndarray: (num_images,) float64, 1.0 = right.
+    """
+    if spec.probe_config is None or spec.probe_checkpoint is None:
+        raise ValueError(f'model {spec.name!r}: a probe needs both probe_config and '
+                         'probe_checkpoint')
+    from mmengine.runner import load_checkpoint
+    from mmpretrain.registry import MODELS
+
+    import mmdinomamba  # noqa: F401  registers our classes into mmpretrain
+    from mmdinomamba.engine.checkpoint import allow_mmengine_checkpoint_types
+    cfg = _config(spec.probe_config, f'model {spec.name!r}: probe').model
+    cfg.backbone.pop('init_cfg', None)
+    cfg.pop('data_preprocessor', None)
+    model = MODELS.build(cfg)
+    if not osp.isfile(spec.probe_checkpoint):
+        raise FileNotFoundError(f'model {spec.name!r}: probe checkpoint '
+                                f'{spec.probe_checkpoint!r} does not exist')
+    allow_mmengine_checkpoint_types()
+    try:
+        load_checkpoint(model, spec.probe_checkpoint, map_location='cpu',
+                        strict=True, logger='silent')
+    except RuntimeError as err:
+        raise ValueError(f'model {spec.name!r}: probe checkpoint '
+                         f'{spec.probe_checkpoint} does not fit {spec.probe_config}: '
+                         f'{err}') from err
+    model = model.to(device)
+    model.eval()
+    hits = []
+    with torch.no_grad():
+        for start in range(0, len(split), batch_size):
+            logits = model(split.images[start:start + batch_size].to(device),
+                           mode='tensor')
+            if isinstance(logits, (tuple, list)):
+                logits = logits[-1]
+            hits.append((logits.argmax(dim=1).cpu() ==
+                         split.labels[start:start + batch_size]).double())
+    return torch.cat(hits).numpy()
+
+
+def _rank_key(kind: str, keys: Sequence[str]) -> str:
+    """The matrix a layer is ranked by: the whole bidirectional SSD matrix
+    ('combined') or the attention matrix."""
+    return 'combined' if 'combined' in keys else keys[0]
+
+
+def rank_by_layer(backbone: nn.Module, images: Tensor, chunk: int,
+                  device: str = 'cpu', progress: bool = False) -> List[dict]:
+    """Mixing-matrix ranks of every block, per image, next to the paper's bounds.
+
+    Reuses :func:`mmdinomamba.analysis.mixing_rank.analyse_backbone` (float64
+    materialised matrices, the numerical rank of :mod:`mmdinomamba.analysis.rank`).
+
+    Returns:
+        list[dict]: one per block: ``layer``, ``kind``, ``key`` (the matrix),
+        per-image means over heads ``rank``, ``effective_rank`` and
+        ``offdiag_rank_max`` (lists, image order), and the summary's
+        ``global_bound``, ``offdiag_bound_algebra``, ``offdiag_bound_paper``,
+        ``seqlen``, ``chunk``, ``nheads``, ``d_qk``, ``within_bounds``.
+    """
+    from .mixing_rank import analyse_backbone
+    report = analyse_backbone(backbone, images, chunk=chunk, device=device,
+                              progress=progress)
+    rows = []
+    for layer in report.meta['layers']:
+        summaries = [s for s in report.summary if s['layer'] == layer]
+        key = _rank_key(summaries[0]['kind'], [s['key'] for s in summaries])
+        summary = next(s for s in summaries if s['key'] == key)
+        per_image = {name: [] for name in ('rank', 'effective_rank',
+                                           'offdiag_rank_max')}
+        for image in range(len(images)):
+            recs = [r for r in report.records if r['layer'] == layer and
+                    r['key'] == key and r['image'] == image]
+            for name in per_image:
+                per_image[name].append(float(np.mean([r[name] for r in recs])))
+        rows.append(dict(layer=layer, kind=summary['kind'], key=key, **per_image,
+                         **{k: summary[k] for k in (
+                             'global_bound', 'offdiag_bound_algebra',
+                             'offdiag_bound_paper', 'seqlen', 'chunk', 'nheads',
+                             'd_qk', 'within_bounds')}))
+    return rows
+
+
+def compare_models(specs: Sequence[ModelSpec],
+                   train: ImageSplit,
+                   val: ImageSplit,
+                   k: int = 20,
+                   temperature: float = 0.07,
+                   rank_images: int = 2,
+                   chunk: int = 16,
+                   num_resamples: int = 1000,
+                   seed: int = 0,
+                   batch_size: int = 32,
+                   device: str = 'cpu',
+                   progress: bool = True) -> dict:
+    """Measure every model on the same images; the content of the report.
+
+    Args:
+        specs (Sequence[ModelSpec]): the models (names must differ).
+        train (ImageSplit): the k-NN bank.
+        val (ImageSplit): held-out images with label maps.
+        k (int): k-NN neighbours. Defaults to 20.
+        temperature (float): k-NN vote temperature. Defaults to 0.07.
+        rank_images (int): validation images whose mixing matrices are ranked
+            (0 = no ranks). Defaults to 2.
+        chunk (int): block size c of the off-diagonal ranks. Defaults to 16.
+        num_resamples (int): bootstrap resamples. Defaults to 1000.
+        seed (int): model initialisation and bootstrap seed. Defaults to 0.
+        batch_size (int): images per forward pass. Defaults to 32.
+        device (str): 'cpu' or 'cuda[:i]'. Defaults to 'cpu'.
+        progress (bool): mmengine progress bars. Defaults to True.
+
+    Returns:
+        dict: ``meta`` and ``models``: one dict per model with ``knn`` (last
+        block, a :class:`BootstrapCI` dict), ``knn_by_layer``, ``probe`` (or
+        None), ``auc_by_layer`` (per block: ``auc`` mean over heads,
+        ``mean_map_auc``, ``heads``), ``ranks`` (:func:`rank_by_layer`) and
+        ``map_images`` (the head-mean maps of the first validation images at the
+        last block, (num, size, size) float32, for the figure).
+    """
+    from mmdinomamba.evaluation import bootstrap_ci
+    names = [s.name for s in specs]
+    if not specs or len(set(names)) != len(names):
+        raise ValueError(f'give one or more models with distinct names, got {names}')
+    if val.label_maps is None:
+        raise ValueError('the validation split needs label maps (mask_prefix) for '
+                         'Binary-AUC')
+
+    def ci(values):
+        return bootstrap_ci(values, num_resamples=num_resamples, seed=seed).as_dict()
+
+    models = []
+    for spec in specs:
+        print(f'[{spec.name}] {spec.config} '
+              f'({spec.checkpoint or "random init"})', flush=True)
+        backbone = load_model(spec, seed)
+        train_m = measure_backbone(backbone, train, with_maps=False,
+                                   batch_size=batch_size, device=device,
+                                   progress=progress)
+        val_m = measure_backbone(backbone, val, batch_size=batch_size, device=device,
+                                 progress=progress)
+        layers = sorted(val_m.readouts)
+        knn_by_layer = {i: ci(knn_hits(train_m, train.labels, val_m, val.labels, i,
+                                       k, temperature)) for i in layers}
+        auc_by_layer = []
+        for i in layers:
+            a = val_m.aucs[i]
+            auc_by_layer.append(dict(
+                layer=i, auc=ci(np.nanmean(a[:, :-1], axis=1)),
+                mean_map_auc=ci(a[:, -1]),
+                heads=[float(np.nanmean(a[:, h])) for h in range(a.shape[1] - 1)]))
+        probe = None
+        if spec.probe_config is not None or spec.probe_checkpoint is not None:
+            probe = ci(probe_hits(spec, val, batch_size, device))
+        ranks = []
+        if rank_images > 0:
+            ranks = rank_by_layer(backbone, val.images[:rank_images].to(device),
+                                  chunk, device, progress)
+            for row in ranks:
+                for name in ('rank', 'effective_rank', 'offdiag_rank_max'):
+                    row[f'{name}_ci'] = ci(row[name])
+        last_maps = measure_maps(backbone, val.images[:4].to(device))
+        models.append(dict(
+            name=spec.name, config=spec.config, checkpoint=spec.checkpoint,
+            probe_config=spec.probe_config, probe_checkpoint=spec.probe_checkpoint,
+            type=type(backbone).__name__, depth=len(layers),
+            kind=mixer_info(as_backbone(backbone).token_mixer(0)).kind,
+            knn=knn_by_layer[layers[-1]], knn_by_layer=knn_by_layer, probe=probe,
+            auc_by_layer=auc_by_layer, ranks=ranks, map_images=last_maps))
+        backbone.cpu()
+    meta = dict(num_train=len(train), num_val=len(val), image_size=list(
+        val.images.shape[-2:]), k=k, temperature=temperature, rank_images=rank_images,
+        chunk=chunk, num_resamples=num_resamples, seed=seed, level=0.95,
+        device=device, map_paths=val.paths[:4])
+    return dict(meta=meta, models=models)
+
+
+def measure_maps(backbone: nn.Module, images: Tensor) -> np.ndarray:
+    """Head-mean cosine activation maps of the last block, image size.
+
+    Returns:
+        np.ndarray: (num_images, height, width) float32.
+    """
+    api = as_backbone(backbone)
+    last = api.num_layers - 1
+    tokens, layout = _features(api, images, [last])
+    t = tokens[last].float()
+    readout = t[:, layout.readout].mean(dim=1)
+    grid = cosine_similarity_maps(readout, t[:, layout.patches], layout.hw,
+                                  _num_heads(api, last, t.shape[-1]))
+    return upsample_maps(grid, images.shape[-2:]).mean(dim=1).cpu().numpy()

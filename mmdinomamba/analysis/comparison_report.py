@@ -1,0 +1,220 @@
+"""The report of :func:`mmdinomamba.analysis.comparison.compare_models`.
+
+Files under ``out_dir`` (each written atomically: a complete file or none):
+
+- ``report.json``: everything measured (no image arrays);
+- ``report.md``: one table of the models side by side (k-NN, probe, Binary-AUC of
+  the last block and the best block), per-layer Binary-AUC and rank tables, and
+  links to the figures;
+- ``auc_vs_depth.png``: Binary-AUC (mean over heads) against block index, every
+  model on one axis, with its 95 % bootstrap band over images;
+- ``rank_vs_depth.png``: global rank, effective rank and largest off-diagonal block
+  rank of the mixing matrix against block index, every model, with bands and the
+  bounds (dashed);
+- ``activation_maps.png``: the same validation images (rows), their masks, and
+  each model's head-mean activation map of its last block (columns).
+
+matplotlib (Agg) is imported only when drawing.
+"""
+import json
+import os
+import os.path as osp
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from mmdinomamba.engine.checkpoint import write_atomic
+from .figures import pyplot, save_figure
+
+__all__ = ['format_markdown', 'write_comparison_report']
+
+FIGURES = ('auc_vs_depth.png', 'rank_vs_depth.png', 'activation_maps.png')
+
+
+def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
+    if c is None:
+        return '—'
+    return (f'{c["mean"] * scale:.{digits}f} [{c["low"] * scale:.{digits}f}, '
+            f'{c["high"] * scale:.{digits}f}]')
+
+
+def format_markdown(results: dict, title: str = 'Token mixers side by side') -> str:
+    """The Markdown report (see the module docstring)."""
+    meta = results['meta']
+    lines = [f'# {title}', '',
+             f'{meta["num_val"]} validation images with masks, {meta["num_train"]} '
+             f'training images as the k-NN bank, {meta["image_size"][0]} px. '
+             f'k-NN: cosine, k = {meta["k"]}, T = {meta["temperature"]}, on the last '
+             'block\'s readout. Binary-AUC: cosine map of the readout token against '
+             'every patch, per head, exact AUC, mean over heads then over images. '
+             f'Intervals: {int(meta["level"] * 100)} % percentile bootstrap over '
+             f'images ({meta["num_resamples"]} resamples, seed {meta["seed"]}). '
+             f'Ranks: on {meta["rank_images"]} images, chunk c = {meta["chunk"]}.',
+             '', '| model | mixer | checkpoint | k-NN top-1 | linear probe top-1 | '
+             'Binary-AUC, last block | Binary-AUC, best block |',
+             '|---|---|---|---|---|---|---|']
+    for m in results['models']:
+        best = max(m['auc_by_layer'], key=lambda r: r['auc']['mean'])
+        lines.append(
+            f'| {m["name"]} | {m["kind"]} | {m["checkpoint"] or "random init"} | '
+            f'{_ci(m["knn"], 100, 1)} | {_ci(m["probe"], 100, 1)} | '
+            f'{_ci(m["auc_by_layer"][-1]["auc"])} | '
+            f'{_ci(best["auc"])} (block {best["layer"]}) |')
+    lines += ['', '![Binary-AUC against depth](auc_vs_depth.png)', '',
+              '## Binary-AUC by block (mean over heads; head-mean map; heads)', '']
+    for m in results['models']:
+        lines += [f'### {m["name"]}', '', '| block | AUC | head-mean map AUC | '
+                  'per head |', '|---|---|---|---|']
+        for r in m['auc_by_layer']:
+            heads = ', '.join(f'{h:.3f}' for h in r['heads'])
+            lines.append(f'| {r["layer"]} | {_ci(r["auc"])} | '
+                         f'{_ci(r["mean_map_auc"])} | {heads} |')
+        lines.append('')
+    if any(m['ranks'] for m in results['models']):
+        lines += ['## Mixing-matrix ranks by block', '',
+                  'Mean over heads and images; the bounds are the paper\'s '
+                  '(mmdinomamba.analysis.mixing_rank.offdiag_bounds): whole '
+                  'matrix, and an off-diagonal block (algebra / paper).', '',
+                  '![Ranks against depth](rank_vs_depth.png)', '',
+                  '| model | block | matrix | L | rank | bound | effective rank | '
+                  'off-diag block max | bound algebra / paper | within |',
+                  '|---|---|---|---|---|---|---|---|---|---|']
+        for m in results['models']:
+            for r in m['ranks']:
+                lines.append(
+                    f'| {m["name"]} | {r["layer"]} | {r["kind"]}/{r["key"]} | '
+                    f'{r["seqlen"]} | {_ci(r["rank_ci"], digits=1)} | '
+                    f'{r["global_bound"]} | {_ci(r["effective_rank_ci"], digits=1)} | '
+                    f'{_ci(r["offdiag_rank_max_ci"], digits=1)} | '
+                    f'{r["offdiag_bound_algebra"]} / {r["offdiag_bound_paper"]} | '
+                    f'{"yes" if r["within_bounds"] else "NO"} |')
+        lines.append('')
+    lines += ['## Activation maps of the same images', '',
+              '![Activation maps](activation_maps.png)', '',
+              'Images: ' + ', '.join(meta['map_paths']), '']
+    return '\n'.join(lines)
+
+
+def _json_ready(results: dict) -> dict:
+    out = dict(meta=results['meta'], models=[])
+    for m in results['models']:
+        out['models'].append({k: v for k, v in m.items() if k != 'map_images'})
+    return out
+
+
+def _band(ax, xs, cis, label, colour):
+    means = [c['mean'] for c in cis]
+    ax.plot(xs, means, marker='o', label=label, color=colour)
+    ax.fill_between(xs, [c['low'] for c in cis], [c['high'] for c in cis],
+                    color=colour, alpha=0.2)
+
+
+def plot_auc_vs_depth(results: dict, path: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
+    for n, m in enumerate(results['models']):
+        rows = m['auc_by_layer']
+        _band(ax, [r['layer'] for r in rows], [r['auc'] for r in rows], m['name'],
+              colours[n % len(colours)])
+    ax.axhline(0.5, color='grey', linestyle=':', linewidth=1)
+    ax.set_xlabel('block')
+    ax.set_ylabel('Binary-AUC (mean over heads)')
+    ax.set_title('Binary-AUC against depth (95 % bootstrap band)')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_rank_vs_depth(results: dict, path: str) -> None:
+    plt = pyplot()
+    panels = (('rank_ci', 'global_bound', 'global rank'),
+              ('effective_rank_ci', None, 'effective rank'),
+              ('offdiag_rank_max_ci', 'offdiag_bound_algebra',
+               'largest off-diagonal block rank'))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
+    for ax, (key, bound, label) in zip(axes, panels):
+        for n, m in enumerate(results['models']):
+            if not m['ranks']:
+                continue
+            colour = colours[n % len(colours)]
+            xs = [r['layer'] for r in m['ranks']]
+            _band(ax, xs, [r[key] for r in m['ranks']], m['name'], colour)
+            if bound is not None:
+                ax.plot(xs, [r[bound] for r in m['ranks']], linestyle='--',
+                        color=colour, linewidth=1)
+        ax.set_xlabel('block')
+        ax.set_title(label + (' (dashed: bound)' if bound else ''))
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_activation_maps(results: dict, images: np.ndarray, masks: np.ndarray,
+                         path: str) -> None:
+    """Rows: images; columns: image, mask, each model's head-mean map."""
+    plt = pyplot()
+    models = results['models']
+    rows = min(len(images), *(len(m['map_images']) for m in models))
+    cols = 2 + len(models)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.8 * cols, 1.8 * rows),
+                             squeeze=False)
+    for i in range(rows):
+        axes[i, 0].imshow(images[i])
+        axes[i, 1].imshow(masks[i] > 0, cmap='gray')
+        for j, m in enumerate(models):
+            axes[i, 2 + j].imshow(m['map_images'][i], cmap='viridis')
+        for ax in axes[i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for j, name in enumerate(['image', 'mask'] + [m['name'] for m in models]):
+        axes[0, j].set_title(name, fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def write_comparison_report(results: dict, out_dir: str, images: np.ndarray,
+                            masks: np.ndarray,
+                            title: str = 'Token mixers side by side'
+                            ) -> Dict[str, str]:
+    """Write the report files (module docstring) under ``out_dir``.
+
+    Args:
+        results (dict): :func:`~mmdinomamba.analysis.comparison.compare_models`.
+        out_dir (str): output folder (created).
+        images (np.ndarray): (num, height, width, 3) in [0, 1], the images of
+            ``results['meta']['map_paths']`` for display.
+        masks (np.ndarray): (num, height, width) their label maps.
+        title (str): report title.
+
+    Returns:
+        dict: file kind -> path.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {name: osp.join(out_dir, name) for name in
+             ('report.json', 'report.md') + FIGURES}
+
+    def text(path: str, content: str) -> None:
+        def write(tmp):
+            with open(tmp, 'w') as f:
+                f.write(content)
+        write_atomic(path, write)
+
+    text(paths['report.json'], json.dumps(_json_ready(results), indent=1))
+    text(paths['report.md'], format_markdown(results, title))
+    plot_auc_vs_depth(results, paths['auc_vs_depth.png'])
+    if any(m['ranks'] for m in results['models']):
+        plot_rank_vs_depth(results, paths['rank_vs_depth.png'])
+    else:
+        del paths['rank_vs_depth.png']
+    plot_activation_maps(results, images, masks, paths['activation_maps.png'])
+    return paths
+
+
+def display(images) -> List[np.ndarray]:
+    """Normalised (num, 3, h, w) tensors -> (num, h, w, 3) in [0, 1] for display."""
+    from .images import DEFAULT_PREPROCESSOR
+    x = images.detach().cpu().float().permute(0, 2, 3, 1).numpy()
+    std, mean = DEFAULT_PREPROCESSOR['std'], DEFAULT_PREPROCESSOR['mean']
+    return np.clip((x * np.array(std) + np.array(mean)) / 255, 0, 1)

@@ -1,0 +1,211 @@
+"""The comparison engine, each measure against an independent computation."""
+import copy
+import json
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmdinomamba.analysis.adapters import as_backbone
+from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, knn_hits,
+                                             load_model, load_split,
+                                             measure_backbone, rank_by_layer)
+from mmdinomamba.analysis.mixing import (capture_mixer_inputs, mixer_info,
+                                         mixing_matrices)
+from mmdinomamba.datasets import make_toy_dataset
+
+SIZE = 32
+MODELS = {
+    'dinovim': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=2),
+                    img_size=SIZE, patch_size=8,
+                    mixer_cfg=dict(d_state=8, headdim=8, ssd_backend='quadratic')),
+    'linearvit': dict(type='LinearViT', arch=dict(embed_dims=32, num_layers=2,
+                                                  num_heads=4, mlp_ratio=2),
+                      img_size=SIZE, patch_size=8),
+}
+
+
+def write_config(folder, name, backbone):
+    path = osp.join(folder, f'{name}.py')
+    with open(path, 'w') as f:
+        f.write(f'model = dict(type="Wrapper", backbone={backbone!r})\n')
+    return path
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('cmp') / 'toy')
+    make_toy_dataset(root, num_classes=3, train_per_class=8, val_per_class=4,
+                     size=SIZE, formats=['imagenet'], style='rich')
+    train = load_split(root, 'meta/train.txt', 'train', SIZE)
+    val = load_split(root, 'meta/val.txt', 'val', SIZE, 'masks/val')
+    return root, train, val
+
+
+@pytest.fixture(scope='module')
+def configs(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp('configs'))
+    return {name: write_config(folder, name, cfg) for name, cfg in MODELS.items()}
+
+
+def test_load_split_reads_images_labels_and_masks(data):
+    root, train, val = data
+    assert train.images.shape == (24, 3, SIZE, SIZE) and val.label_maps is not None
+    assert train.labels.tolist() == [k for k in range(3) for _ in range(8)]
+    assert val.label_maps.shape == (12, SIZE, SIZE)
+    # the main object is of the image's class and the largest labelled region
+    for labels, image_class in zip(val.label_maps, val.labels):
+        ids, counts = labels[labels > 0].unique(return_counts=True)
+        assert int(ids[counts.argmax()]) == int(image_class) + 1
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_features_and_auc_match_forward_and_sklearn(data, configs, name):
+    sklearn_metrics = pytest.importorskip('sklearn.metrics')
+    _, _, val = data
+    backbone = load_model(ModelSpec(name, configs[name]))
+    m = measure_backbone(backbone, val, batch_size=5)
+    last = as_backbone(backbone).num_layers - 1
+    # independent route: the backbone's own outputs (readout and patch grid)
+    with torch.no_grad():
+        backbone.out_type = 'cls_token'
+        readout = backbone(val.images)[0]
+        backbone.out_type = 'featmap'
+        grid = backbone(val.images)[0]  # (batch, dim, h, w)
+    torch.testing.assert_close(m.readouts[last], readout, rtol=1e-5, atol=1e-5)
+    heads = mixer_info(as_backbone(backbone).token_mixer(last)).nheads
+    batch, dim, h, w = grid.shape
+    r = F.normalize(readout.reshape(batch, heads, dim // heads, 1, 1), dim=2)
+    p = F.normalize(grid.reshape(batch, heads, dim // heads, h, w), dim=2)
+    maps = F.interpolate((r * p).sum(2), size=(SIZE, SIZE), mode='bilinear',
+                         align_corners=False)
+    maps = torch.cat([maps, maps.mean(1, keepdim=True)], 1)
+    for b in range(batch):
+        fg = (val.label_maps[b] > 0).reshape(-1).numpy()
+        for j in range(heads + 1):
+            expected = sklearn_metrics.roc_auc_score(fg, maps[b, j].reshape(-1).numpy())
+            # float32 maps computed in two orders: ties may split differently
+            assert m.aucs[last][b, j] == pytest.approx(expected, abs=2e-3)
+    assert m.aucs[last].shape == (len(val), heads + 1)
+
+
+def test_knn_hits_match_brute_force(data, configs):
+    _, train, val = data
+    backbone = load_model(ModelSpec('v', configs['dinovim']))
+    tm = measure_backbone(backbone, train, with_maps=False)
+    vm = measure_backbone(backbone, val, [-1], with_maps=False)
+    hits = knn_hits(tm, train.labels, vm, val.labels, 1, k=5, temperature=0.1)
+    bank = tm.readouts[1].double().numpy()
+    bank /= np.linalg.norm(bank, axis=1, keepdims=True)
+    for q, y, hit in zip(vm.readouts[1].double().numpy(), val.labels.tolist(), hits):
+        sims = bank @ (q / np.linalg.norm(q))
+        votes = np.zeros(3)
+        for i in np.argsort(-sims)[:5]:
+            votes[train.labels[i]] += np.exp(sims[i] / 0.1)
+        assert hit == float(np.argmax(votes) == y)
+    with pytest.raises(ValueError, match='was not measured'):
+        knn_hits(tm, train.labels, vm, val.labels, 0)
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_ranks_match_matrix_rank(data, configs, name):
+    _, _, val = data
+    backbone = load_model(ModelSpec(name, configs[name]))
+    images = val.images[:2]
+    rows = rank_by_layer(backbone, images, chunk=4)
+    api = as_backbone(backbone)
+    assert [r['layer'] for r in rows] == list(range(api.num_layers))
+    for row in rows:
+        mixer = copy.deepcopy(api.token_mixer(row['layer'])).double()
+        for i in range(len(images)):
+            u = capture_mixer_inputs(backbone, images[i:i + 1],
+                                     [row['layer']])[row['layer']].double()
+            M = mixing_matrices(mixer, u, torch.float64)[row['key']][0]
+            expected = torch.linalg.matrix_rank(M).double().mean().item()
+            assert row['rank'][i] == pytest.approx(expected)
+        assert row['rank'][0] <= row['global_bound']
+    assert {r['kind'] for r in rows} == {'ssd' if name == 'dinovim' else 'linear'}
+
+
+def test_bad_config_and_checkpoint_errors(tmp_path, configs):
+    with pytest.raises(FileNotFoundError, match='does not exist'):
+        load_model(ModelSpec('a', str(tmp_path / 'missing.py')))
+    broken = tmp_path / 'broken.py'
+    broken.write_text('model = dict(\n')
+    with pytest.raises(ValueError, match='could not be read'):
+        load_model(ModelSpec('a', str(broken)))
+    empty = tmp_path / 'empty.py'
+    empty.write_text('x = 1\n')
+    with pytest.raises(ValueError, match='no `model`'):
+        load_model(ModelSpec('a', str(empty)))
+    unknown = write_config(str(tmp_path), 'unknown', dict(type='NoSuchBackbone'))
+    with pytest.raises(ValueError, match='does not build a backbone'):
+        load_model(ModelSpec('a', unknown))
+    with pytest.raises(FileNotFoundError, match='checkpoint'):
+        load_model(ModelSpec('a', configs['dinovim'], str(tmp_path / 'no.pth')))
+    other = load_model(ModelSpec('b', configs['linearvit']))
+    ckpt = str(tmp_path / 'linearvit.pth')
+    torch.save(dict(state_dict=other.state_dict()), ckpt)
+    with pytest.raises(ValueError, match="model 'a'.*does not fit"):
+        load_model(ModelSpec('a', configs['dinovim'], ckpt))
+
+
+def test_checkpoint_is_loaded(tmp_path, configs, data):
+    _, _, val = data
+    trained = load_model(ModelSpec('a', configs['dinovim']), seed=5)
+    ckpt = str(tmp_path / 'dinovim.pth')
+    torch.save(dict(state_dict={f'backbone.{k}': v
+                                for k, v in trained.state_dict().items()}), ckpt)
+    loaded = load_model(ModelSpec('b', configs['dinovim'], ckpt), seed=0)
+    fresh = load_model(ModelSpec('c', configs['dinovim']), seed=0)
+    for key, value in trained.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    assert not all(torch.equal(fresh.state_dict()[k], v)
+                   for k, v in trained.state_dict().items())
+
+
+def test_compare_models_and_cli_report(tmp_path, data, configs, load_tool):
+    root, train, val = data
+    tool = load_tool('tools/analysis/compare_mixers.py')
+    out = str(tmp_path / 'report')
+    tool.main(['--out-dir', out, '--data-root', root, '--img-size', str(SIZE),
+               '--model', 'vim', configs['dinovim'], 'random',
+               '--model', 'lin', configs['linearvit'], 'random',
+               '--rank-images', '1', '--chunk', '4', '--num-resamples', '50',
+               '--no-progress'])
+    with open(osp.join(out, 'report.json')) as f:
+        report = json.load(f)
+    assert [m['name'] for m in report['models']] == ['vim', 'lin']
+    # the report holds what compare_models measures, on the same seed
+    direct = compare_models([ModelSpec('vim', configs['dinovim'])], train, val,
+                            rank_images=1, chunk=4, num_resamples=50,
+                            progress=False)['models'][0]
+    assert report['models'][0]['knn'] == pytest.approx(direct['knn'])
+    assert report['models'][0]['auc_by_layer'][1]['auc'] == \
+        pytest.approx(direct['auc_by_layer'][1]['auc'])
+    for name in ('report.md', 'auc_vs_depth.png', 'rank_vs_depth.png',
+                 'activation_maps.png'):
+        assert osp.getsize(osp.join(out, name)) > 0
+    with open(osp.join(out, 'report.md')) as f:
+        text = f.read()
+    assert '| vim | ssd |' in text and '| lin | linear |' in text
+    ci = report['models'][1]['knn']
+    assert ci['low'] <= ci['mean'] <= ci['high'] and ci['num'] == len(val)
+
+
+def test_cli_bad_inputs_exit_with_a_message(tmp_path, data, configs, load_tool):
+    root, _, _ = data
+    tool = load_tool('tools/analysis/compare_mixers.py')
+    base = ['--out-dir', str(tmp_path / 'r'), '--data-root', root, '--img-size',
+            str(SIZE), '--no-progress']
+    with pytest.raises(SystemExit, match='checkpoint .* does not exist'):
+        tool.main(base + ['--model', 'vim', configs['dinovim'],
+                          str(tmp_path / 'missing.pth')])
+    with pytest.raises(SystemExit, match='names no --model'):
+        tool.main(base + ['--model', 'vim', configs['dinovim'], 'random',
+                          '--probe', 'other', configs['dinovim'], 'x.pth'])
+    with pytest.raises(SystemExit, match='given twice'):
+        tool.main(base + ['--model', 'v', configs['dinovim'], 'random',
+                          '--model', 'v', configs['dinovim'], 'random'])

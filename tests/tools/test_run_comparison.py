@@ -1,0 +1,78 @@
+"""The small comparison recipe: its configs, its epochs knob, and a CPU run."""
+import json
+import os.path as osp
+
+import pytest
+from mmengine.config import Config, DictAction
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+@pytest.fixture(scope='module')
+def script(load_tool):
+    return load_tool('tools/run_comparison.py')
+
+
+def merged(config, options):
+    cfg = Config.fromfile(osp.join(REPO, config))
+    action = DictAction(option_strings=['--cfg-options'], dest='cfg_options')
+    parsed = {}
+    for option in options:
+        key, value = option.split('=', 1)
+        parsed[key] = action._parse_iterable(value)
+    cfg.merge_from_dict(parsed)
+    return cfg
+
+
+def test_configs_share_everything_but_the_backbone(script):
+    cfgs = {name: Config.fromfile(osp.join(REPO, path))
+            for name, path in script.CONFIGS.items()}
+    dicts = {}
+    for name, cfg in cfgs.items():
+        d = cfg.to_dict()
+        backbone = d['model'].pop('backbone')
+        assert backbone['arch']['embed_dims'] == 192
+        assert backbone['arch']['num_layers'] == 12
+        assert (backbone['img_size'], backbone['patch_size']) == (64, 8)
+        d.pop('filename', None)
+        dicts[name] = json.dumps(d, sort_keys=True, default=str)
+    assert len(set(dicts.values())) == 1
+    assert {c.model.backbone.type for c in cfgs.values()} == {
+        'mmpretrain.VisionTransformer', 'DinoVim', 'LinearViT'}
+
+
+@pytest.mark.parametrize('epochs', [1, 7, 40])
+def test_schedule_options_end_every_schedule_with_the_run(script, epochs):
+    cfg = merged(script.CONFIGS['vit'], script.schedule_options(epochs))
+    assert cfg.train_cfg.max_epochs == epochs
+    warmup, cosine, decay = cfg.param_scheduler
+    assert cosine.end == decay.end == epochs
+    assert cosine.begin == warmup.end or epochs == 1
+    assert cosine.T_max == max(epochs - cosine.begin, 1)
+    assert warmup.begin == decay.begin == 0 and cosine.begin < cosine.end
+    with pytest.raises(ValueError, match='epochs'):
+        script.schedule_options(0)
+
+
+def test_cpu_run_end_to_end(tmp_path, script):
+    pytest.importorskip('mmpretrain')
+    work = str(tmp_path / 'cmp')
+    script.main(['--work-dir', work, '--data-root', str(tmp_path / 'data'),
+                 '--epochs', '1', '--device', 'cpu', '--train-per-class', '2',
+                 '--val-per-class', '1', '--rank-images', '1', '--cfg-options',
+                 'optim_wrapper.type=PerParamClipOptimWrapper',
+                 'train_dataloader.batch_size=8', 'train_dataloader.num_workers=0',
+                 'train_dataloader.persistent_workers=False',
+                 'model.backbone.arch.num_layers=2', 'model.head.out_channels=64',
+                 'model.loss.out_channels=64', 'env_cfg.dist_cfg.backend=gloo'])
+    with open(osp.join(work, 'report', 'report.json')) as f:
+        report = json.load(f)
+    names = [m['name'] for m in report['models']]
+    assert names == ['vit-dino', 'vit-random', 'dinovim-dino', 'dinovim-random',
+                     'linearvit-dino', 'linearvit-random']
+    assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear'}
+    assert all(m['depth'] == 2 for m in report['models'])
+    assert report['meta']['num_val'] == 12
+    for name in ('report.md', 'auc_vs_depth.png', 'rank_vs_depth.png',
+                 'activation_maps.png'):
+        assert osp.getsize(osp.join(work, 'report', name)) > 0

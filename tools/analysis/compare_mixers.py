@@ -1,0 +1,110 @@
+"""Several backbones side by side: k-NN, linear probe, Binary-AUC by layer, ranks.
+
+Writes ``report.md``, ``report.json``, ``auc_vs_depth.png``, ``rank_vs_depth.png``
+and ``activation_maps.png`` to ``--out-dir`` (see docs/comparison.md)::
+
+    python tools/analysis/compare_mixers.py --out-dir work_dirs/compare \\
+        --data-root data/toy_rich \\
+        --model vit configs/compare/vit.py work_dirs/compare/vit_teacher.pth \\
+        --model vit-random configs/compare/vit.py random \\
+        --probe vit configs/compare/probe_vit.py work_dirs/compare/probe_vit.pth
+
+Each ``--model NAME CONFIG CHECKPOINT`` is a backbone (``model.backbone`` or
+``model`` of CONFIG) with weights from CHECKPOINT, or ``random`` for its seeded
+random initialisation. ``--probe NAME PROBE_CONFIG PROBE_CHECKPOINT`` adds the
+linear-probe accuracy of model NAME. The data are an ImageNet-style split: an
+annotation file of ``<path> <class id>`` lines, an image prefix and, for the
+validation split, label maps at the same relative paths under a mask prefix.
+"""
+import argparse
+import sys
+
+from mmengine.config import DictAction
+
+from mmdinomamba.analysis.comparison import ModelSpec, compare_models, load_split
+from mmdinomamba.analysis.comparison_report import display, write_comparison_report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--model', nargs=3, action='append', required=True,
+                        metavar=('NAME', 'CONFIG', 'CHECKPOINT'),
+                        help="a backbone; CHECKPOINT 'random' = random init")
+    parser.add_argument('--probe', nargs=3, action='append', default=[],
+                        metavar=('NAME', 'PROBE_CONFIG', 'PROBE_CHECKPOINT'),
+                        help='the trained linear probe of model NAME')
+    parser.add_argument('--out-dir', required=True, help='report folder')
+    parser.add_argument('--data-root', required=True, help='dataset root')
+    parser.add_argument('--train-ann', default='meta/train.txt')
+    parser.add_argument('--train-prefix', default='train')
+    parser.add_argument('--val-ann', default='meta/val.txt')
+    parser.add_argument('--val-prefix', default='val')
+    parser.add_argument('--mask-prefix', default='masks/val',
+                        help='label maps of the validation images')
+    parser.add_argument('--img-size', type=int, default=64, help='input side (px)')
+    parser.add_argument('--max-train', type=int, help='first N training images')
+    parser.add_argument('--max-val', type=int, help='first N validation images')
+    parser.add_argument('--k', type=int, default=20, help='k-NN neighbours')
+    parser.add_argument('--temperature', type=float, default=0.07,
+                        help='k-NN vote temperature')
+    parser.add_argument('--rank-images', type=int, default=2,
+                        help='validation images whose mixing matrices are ranked '
+                        '(0: none)')
+    parser.add_argument('--chunk', type=int, default=16,
+                        help='block size c of the off-diagonal ranks')
+    parser.add_argument('--num-resamples', type=int, default=1000,
+                        help='bootstrap resamples')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--device', default='cpu', help="'cpu' or 'cuda[:i]'")
+    parser.add_argument('--title', default='Token mixers side by side')
+    parser.add_argument('--no-progress', action='store_true')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='overrides merged into every model config, key=value')
+    return parser
+
+
+def specs_from_args(models, probes, cfg_options=None) -> list:
+    """ModelSpecs from the ``--model`` and ``--probe`` triples."""
+    specs = {}
+    for name, config, checkpoint in models:
+        if name in specs:
+            raise ValueError(f'--model {name!r} is given twice')
+        specs[name] = ModelSpec(name, config,
+                                None if checkpoint == 'random' else checkpoint,
+                                cfg_options=cfg_options)
+    for name, config, checkpoint in probes:
+        if name not in specs:
+            raise ValueError(f'--probe {name!r} names no --model; models: '
+                             f'{sorted(specs)}')
+        specs[name].probe_config, specs[name].probe_checkpoint = config, checkpoint
+    return list(specs.values())
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        specs = specs_from_args(args.model, args.probe, args.cfg_options)
+        train = load_split(args.data_root, args.train_ann, args.train_prefix,
+                           args.img_size, limit=args.max_train)
+        val = load_split(args.data_root, args.val_ann, args.val_prefix,
+                         args.img_size, args.mask_prefix, limit=args.max_val)
+        results = compare_models(
+            specs, train, val, k=args.k, temperature=args.temperature,
+            rank_images=args.rank_images, chunk=args.chunk,
+            num_resamples=args.num_resamples, seed=args.seed,
+            batch_size=args.batch_size, device=args.device,
+            progress=not args.no_progress)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f'compare_mixers: {err}')
+    paths = write_comparison_report(results, args.out_dir, display(val.images[:4]),
+                                    val.label_maps[:4].numpy(), args.title)
+    for m in results['models']:
+        print(f'{m["name"]:>16}: k-NN {100 * m["knn"]["mean"]:.1f} %, Binary-AUC '
+              f'(last block) {m["auc_by_layer"][-1]["auc"]["mean"]:.3f}')
+    print('report: ' + ', '.join(sorted(paths.values())))
+
+
+if __name__ == '__main__':
+    main()

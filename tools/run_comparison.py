@@ -1,0 +1,159 @@
+"""The small comparison recipe: softmax, Mamba-2 and linear attention side by side.
+
+    python tools/run_comparison.py [--work-dir work_dirs/compare] [--epochs 40]
+        [--data-root data/toy_rich_compare] [--device cuda]
+        [--train-per-class 500] [--val-per-class 25] [--cfg-options K=V ...]
+
+1. generates the rich toy data (12 shape-and-texture classes, 64 px, with masks;
+   a no-op when it is there);
+2. DINO-pretrains the three configs of ``configs/compare/`` (ViT, DinoVim,
+   LinearViT: same width, depth, data, head and schedule) through
+   ``tools/train.py``, each for ``--epochs`` (the schedule follows, see
+   :func:`schedule_options`);
+3. extracts each teacher backbone (``tools/model_converters/extract_teacher.py``);
+4. runs ``tools/analysis/compare_mixers.py`` on the three teachers and the same
+   three backbones at random init, writing the report to ``<work-dir>/report``.
+
+``--cfg-options`` go to every training run (after the epochs options), e.g. a CPU
+check with a tiny budget::
+
+    python tools/run_comparison.py --work-dir /tmp/cmp --epochs 1 --device cpu \\
+        --train-per-class 4 --val-per-class 2 --rank-images 1 --cfg-options \\
+        optim_wrapper.type=PerParamClipOptimWrapper train_dataloader.batch_size=8 \\
+        train_dataloader.num_workers=0 model.backbone.arch.num_layers=2
+
+Each step logs to ``<work-dir>/<step>.log``; a failed step stops the script
+(exit status 1) with the end of its log.
+"""
+import argparse
+import glob
+import os
+import os.path as osp
+import subprocess
+import sys
+import time
+from typing import List
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIGS = {
+    'vit': 'configs/compare/dino_vit-d192-l12-p8_1xb128-40e_toy-rich.py',
+    'dinovim': 'configs/compare/dino_dinovim-d192-l12-p8_1xb128-40e_toy-rich.py',
+    'linearvit': 'configs/compare/dino_linearvit-d192-l12-p8_1xb128-40e_toy-rich.py',
+}
+NUM_CLASSES = 12
+IMAGE_SIZE = 64
+
+
+def schedule_options(epochs: int) -> List[str]:
+    """``--cfg-options`` that set the run length of a configs/compare/ recipe.
+
+    Warm-up is a tenth of the run (at least one epoch); the cosine of the learning
+    rate and of the weight decay end with the run.
+    """
+    if epochs < 1:
+        raise ValueError(f'epochs must be >= 1, got {epochs}')
+    warmup = max(1, epochs // 10) if epochs > 1 else 0
+    opts = [f'train_cfg.max_epochs={epochs}',
+            f'param_scheduler.0.end={max(warmup, 1)}',
+            f'param_scheduler.1.begin={warmup}',
+            f'param_scheduler.1.T_max={max(epochs - warmup, 1)}',
+            f'param_scheduler.1.end={epochs}',
+            f'param_scheduler.2.end={epochs}']
+    return opts
+
+
+def run_step(name: str, cmd: List[str], work_dir: str) -> float:
+    """Run ``cmd`` from the repository root, logging to ``<work_dir>/<name>.log``."""
+    log = osp.join(work_dir, f'{name}.log')
+    start = time.time()
+    with open(log, 'w') as f:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep +
+                                       os.environ.get('PYTHONPATH', '')))
+    if proc.returncode != 0:
+        with open(log) as f:
+            tail = f.readlines()[-30:]
+        sys.exit(f'step {name!r} failed (exit status {proc.returncode}); last lines '
+                 f'of {log}:\n' + ''.join(tail))
+    return time.time() - start
+
+
+def latest_checkpoint(work_dir: str) -> str:
+    """The highest ``epoch_N.pth`` of an mmengine work dir."""
+    ckpts = sorted(glob.glob(osp.join(work_dir, 'epoch_*.pth')),
+                   key=lambda p: int(osp.basename(p)[6:-4]))
+    if not ckpts:
+        sys.exit(f'no epoch_*.pth checkpoint in {work_dir}')
+    return ckpts[-1]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--work-dir', default='work_dirs/compare')
+    parser.add_argument('--data-root', default='data/toy_rich_compare')
+    parser.add_argument('--epochs', type=int, default=40)
+    parser.add_argument('--train-per-class', type=int, default=500)
+    parser.add_argument('--val-per-class', type=int, default=25)
+    parser.add_argument('--models', nargs='+', choices=sorted(CONFIGS),
+                        default=list(CONFIGS), help='which recipes to run')
+    parser.add_argument('--device', default='cuda',
+                        help="device of the comparison tool ('cpu' or 'cuda')")
+    parser.add_argument('--rank-images', type=int, default=4)
+    parser.add_argument('--skip-train', action='store_true',
+                        help='reuse the checkpoints already in the work dirs')
+    parser.add_argument('--cfg-options', nargs='+', default=[],
+                        help='key=value overrides for every training run')
+    args = parser.parse_args(argv)
+    work_dir = osp.abspath(args.work_dir)
+    data_root = osp.abspath(args.data_root)
+    os.makedirs(work_dir, exist_ok=True)
+    python = sys.executable
+
+    sys.path.insert(0, ROOT)
+    from mmdinomamba.datasets import make_toy_dataset
+    start = time.time()
+    make_toy_dataset(data_root, num_classes=NUM_CLASSES,
+                     train_per_class=args.train_per_class,
+                     val_per_class=args.val_per_class, size=IMAGE_SIZE,
+                     formats=('imagenet', ), style='rich')
+    print(f'[data] {data_root} [{time.time() - start:.0f} s]', flush=True)
+
+    models = []
+    for name in args.models:
+        run_dir = osp.join(work_dir, name)
+        if not args.skip_train:
+            opts = schedule_options(args.epochs) + [
+                f'train_dataloader.dataset.data_root={data_root}'] + args.cfg_options
+            seconds = run_step(f'train_{name}', [python, 'tools/train.py',
+                                                 CONFIGS[name], '--work-dir', run_dir,
+                                                 '--cfg-options', *opts], work_dir)
+            print(f'[train] {name}: {CONFIGS[name]} [{seconds:.0f} s]', flush=True)
+        ckpt = latest_checkpoint(run_dir)
+        teacher = osp.join(work_dir, f'{name}_teacher.pth')
+        run_step(f'extract_{name}', [python, 'tools/model_converters/extract_teacher.py',
+                                     ckpt, teacher], work_dir)
+        print(f'[teacher] {name}: {osp.relpath(ckpt, work_dir)} -> '
+              f'{osp.relpath(teacher, work_dir)}', flush=True)
+        models.append((name, teacher))
+
+    compare = [python, 'tools/analysis/compare_mixers.py', '--out-dir',
+               osp.join(work_dir, 'report'), '--data-root', data_root,
+               '--img-size', str(IMAGE_SIZE), '--device', args.device,
+               '--rank-images', str(args.rank_images), '--no-progress']
+    for name, teacher in models:
+        # the tool reads model.backbone from the training config (with any
+        # architecture override, the random init must match the teacher)
+        config = CONFIGS[name]
+        compare += ['--model', f'{name}-dino', config, teacher,
+                    '--model', f'{name}-random', config, 'random']
+    arch_opts = [o for o in args.cfg_options if o.startswith('model.backbone.')]
+    if arch_opts:
+        compare += ['--cfg-options', *arch_opts]
+    seconds = run_step('compare', compare, work_dir)
+    with open(osp.join(work_dir, 'compare.log')) as f:
+        print(f.read().strip())
+    print(f'[report] {osp.join(work_dir, "report", "report.md")} [{seconds:.0f} s]')
+
+
+if __name__ == '__main__':
+    main()
