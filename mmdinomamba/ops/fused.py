@@ -20,8 +20,7 @@ TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @functools.lru_cache(maxsize=None)
-def triton_available() -> bool:
-    """True when CUDA is usable, Triton imports and it is not disabled."""
+def _triton_importable() -> bool:
     if os.environ.get('MMDINOMAMBA_DISABLE_TRITON', '0') == '1':
         return False
     if not torch.cuda.is_available() or importlib.util.find_spec('triton') is None:
@@ -33,9 +32,18 @@ def triton_available() -> bool:
     return True
 
 
+@torch.compiler.assume_constant_result  # torch.compile reads it once, no graph break
+def triton_available() -> bool:
+    """True when CUDA is usable, Triton imports and it is not disabled."""
+    return _triton_importable()
+
+
 def use_triton(t: Tensor) -> bool:
-    """Whether the fused kernels can take tensor ``t``."""
-    return t.is_cuda and t.dtype in TRITON_DTYPES and triton_available()
+    """Whether the fused kernels can take tensor ``t``. Never under ``torch.compile``,
+    which fuses the PyTorch ops itself; only the mixer core, which it cannot write as
+    one kernel, stays fused there (a custom op: :func:`mmdinomamba.ops.uses_fused_core`)."""
+    return (not torch.compiler.is_compiling() and t.is_cuda and t.dtype in TRITON_DTYPES
+            and triton_available())
 
 
 def compute_dtype(weight: Tensor) -> torch.dtype:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from .conv import causal_depthwise_conv1d
-from .fused import use_triton
+from .fused import TRITON_DTYPES, triton_available
 from .norm import gated_rms_norm
 from .ssd import resolve_backend, ssd
 
@@ -150,14 +150,12 @@ def uses_fused_core(zxbcdt: Tensor, spec: MixerSpec) -> bool:
     """Whether :func:`mixer_core` takes the fused Triton path for this input: CUDA,
     a Triton dtype, ``d_conv = 4`` and an SSD backend of 'auto' or 'triton'.
 
-    Under ``torch.compile`` it never does: the kernels are not registered as custom
-    ops, so the compiler traces (and fuses) the PyTorch path instead, which computes
-    the same function without a graph break.
+    Under ``torch.compile`` too: there the kernels run as the custom ops of
+    :mod:`mmdinomamba.ops.triton.mixer`, one node of the graph each.
     """
-    if torch.compiler.is_compiling():
+    if spec.ssd_backend not in ('auto', 'triton') or spec.d_conv != 4:
         return False
-    if spec.ssd_backend not in ('auto', 'triton') or spec.d_conv != 4 \
-            or not use_triton(zxbcdt):
+    if not (zxbcdt.is_cuda and zxbcdt.dtype in TRITON_DTYPES and triton_available()):
         return False
     return resolve_backend(spec.ssd_backend, zxbcdt.device) == 'triton'
 

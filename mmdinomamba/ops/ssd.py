@@ -37,7 +37,8 @@ mask. Three ways to compute ``y``, all with mamba-ssm's argument layout:
 backend (``'auto'``, ``'chunked'``, ``'quadratic'``, ``'ref'``, ``'triton'`` or
 ``'mamba_ssm'``). ``'triton'`` is the fused chunk scan of
 :mod:`mmdinomamba.ops.triton` (CUDA only, no ``initial_states`` /
-``return_final_states``); its chunk is its own tile size, so ``chunk_size`` only
+``return_final_states``; float16, bfloat16 and float32: ``'auto'`` scans float64
+with ``'chunked'``); its chunk is its own tile size, so ``chunk_size`` only
 matters to the PyTorch backends (it changes rounding, not the result).
 
 Input checks. :func:`check_ssd_inputs` rejects a non-finite ``dt`` through
@@ -54,6 +55,8 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 from mmengine.logging import print_log
+
+from .fused import TRITON_DTYPES
 
 BACKENDS = ('auto', 'chunked', 'quadratic', 'ref', 'triton', 'mamba_ssm')
 
@@ -489,6 +492,8 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size)
     needs_states = initial_states is not None or return_final_states
     chosen = resolve_backend(backend, x.device, needs_states)
+    if chosen == 'triton' and backend == 'auto' and x.dtype not in TRITON_DTYPES:
+        chosen = 'chunked'  # float64 (or another dtype the kernels do not take)
     if chosen == 'triton':
         from .triton import ssd_triton
         return ssd_triton(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,

@@ -178,6 +178,19 @@ def test_backend_choice_is_logged_and_checked(caplog):
     assert set(BACKENDS) >= {'auto', 'chunked', 'ref', 'mamba_ssm'}
 
 
+def test_auto_scans_float64_with_the_pytorch_backend_where_triton_is_chosen(monkeypatch):
+    """On CUDA 'auto' resolves to 'triton', whose kernels take no float64: a float64
+    call must scan with 'chunked' (here 'auto' is made to resolve to 'triton' on
+    the CPU, and the kernels would fail to import or run)."""
+    import sys
+    ssd_module = sys.modules['mmdinomamba.ops.ssd']  # the package exports the function
+    monkeypatch.setattr(ssd_module, 'resolve_backend', lambda *a, **k: 'triton')
+    args, kwargs = make_inputs(seqlen=6)
+    assert args['x'].dtype == torch.float64
+    y = ssd(**args, **kwargs, chunk_size=4, backend='auto')
+    torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
+
+
 BAD_INPUTS = [
     ('x', lambda a, k: a.update(x=a['x'][0]), 'x'),
     ('dt', lambda a, k: a.update(dt=a['dt'][..., :-1]), 'dt'),

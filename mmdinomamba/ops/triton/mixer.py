@@ -18,8 +18,14 @@ pass, not storing the norm's output keeps the training peak where it was).
 The per-direction parameters enter the function as the module holds them and are
 stacked inside it, where autograd records nothing; their gradients leave as views
 of the stacked gradients.
+
+Eager calls go through an autograd function (the least host work per call); under
+``torch.compile`` the same forward and backward run as the custom ops
+``mmdinomamba::mixer_core_fwd`` / ``mmdinomamba::mixer_core_bwd`` (registered
+autograd and fake kernels), so Dynamo traces them without a graph break and CUDA
+graphs (``mode='reduce-overhead'``) capture their launches.
 """
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -78,74 +84,200 @@ def _flat_params(params: MixerParams) -> List[Tensor]:
             *params.D, *params.norm_w]
 
 
+def _spec_args(spec: MixerSpec) -> tuple:
+    """The sizes of ``spec`` the kernels use, as the custom op's plain arguments."""
+    return spec.d_inner, spec.ngroups, spec.d_state, spec.headdim, spec.ndir, spec.eps
+
+
+def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stacked,
+                  spec: MixerSpec):
+    """The forward: the result (batch, seqlen, dim) and what the backward reads, the
+    conv output xbc2, the scan output y2 and the norm's rstd. ``w_c`` is out_w in
+    the compute dtype (zxbcdt's)."""
+    batch, seqlen, _ = zxbcdt.shape
+    ndir, di = spec.ndir, spec.d_inner
+    z, xBC, dt = _views(zxbcdt, spec)
+    xbc2 = conv_forward(xBC, p.conv_w, p.conv_b,
+                        zxbcdt.new_empty(batch, seqlen, ndir, spec.conv_dim))
+    args = p.scan_args(xbc2, dt, spec, default_chunk(seqlen))
+    y2 = zxbcdt.new_empty(batch, seqlen, ndir, di)
+    scan_forward(args, y2.view(args.x.shape))
+    out = zxbcdt.new_empty(batch, seqlen, di)
+    _, rstd = gated_norm_forward(y2.view(-1, ndir, di), z.reshape(-1, di), p.norm_w,
+                                 spec.eps, spec.ngroups, out.view(-1, di))
+    # out_proj in the compute dtype, as nn.Linear under autocast
+    b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
+    res = torch.nn.functional.linear(out, w_c, b_c)
+    return res, xbc2, y2, rstd
+
+
+def _core_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd: Tensor,
+                   w_c: Tensor, out_w_dtype: torch.dtype, has_out_b: bool,
+                   params: List[Tensor], p: _Stacked, spec: MixerSpec):
+    """The gradients of zxbcdt, out_w, out_b (None without a bias) and of the
+    per-direction parameters stacked by kind (see :func:`_unstack`); ``w_c`` is
+    out_w in the compute dtype."""
+    batch, seqlen, _ = zxbcdt.shape
+    ndir, di = spec.ndir, spec.d_inner
+    z, xBC, dt = _views(zxbcdt, spec)
+    args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
+
+    # out_proj: the input gradient, then the norm's output again for the weights
+    dres2 = dres.reshape(-1, dres.shape[-1]).to(w_c.dtype)
+    dout = dres2 @ w_c
+    out = torch.empty_like(dout)
+    dzxbcdt = torch.empty_like(zxbcdt)
+    dz, dxBC, ddt_raw = _views(dzxbcdt, spec)
+    dy2 = torch.empty_like(y2)
+    dnorm_w = gated_norm_backward(dout, y2.view(-1, ndir, di), z.reshape(-1, di),
+                                  p.norm_w, rstd, dy2.view(-1, ndir, di),
+                                  dz.view(-1, di), out=out)
+    dout_w = (dres2.t() @ out).to(out_w_dtype)
+    dout_b = dres2.sum(0, dtype=torch.float32).to(out_w_dtype) if has_out_b else None
+
+    dxbc2 = torch.empty_like(xbc2)
+    dx_out, dB_out, dC_out = _split_xbc(dxbc2, spec)
+    dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
+                                               dD_per_slot=True)
+    sum_heads(dB, ndir, spec.ngroups, out=dB_out)
+    sum_heads(dC, ndir, spec.ngroups, out=dC_out)
+    ddt_raw.copy_(ddt.view(batch, seqlen, ndir, -1).sum(2))
+    dconv_w, dconv_b = conv_backward(xBC, p.conv_w, p.conv_b, dxbc2, dxBC)
+    dA_log = dA * p.A
+    stacked = [dconv_w, dconv_b, dbias, dA_log, dD, dnorm_w]
+    return dzxbcdt, dout_w, dout_b, stacked
+
+
+def _unstack(stacked: List[Optional[Tensor]], params: List[Tensor]) -> List[Tensor]:
+    """Per-direction gradients, in the parameters' order and dtypes, from the stacked
+    ones (dconv_w, dconv_b or None, dt_bias, A_log, D, norm_w)."""
+    dconv_w, dconv_b, *per_head, dnorm_w = stacked
+    ndir = dnorm_w.shape[0]
+    grads = [*dconv_w.view(ndir, *params[0].shape).unbind(0)]
+    if dconv_b is not None:
+        grads += dconv_b.unbind(0)
+    for g in per_head:
+        grads += g.view(ndir, -1).unbind(0)
+    grads += dnorm_w.unbind(0)
+    return [g.to(q.dtype) for g, q in zip(grads, params)]
+
+
 class _MixerCore(torch.autograd.Function):
+    """The eager path: the least host work per call (the custom op below goes through
+    the dispatcher twice more)."""
 
     @staticmethod
     def forward(ctx, zxbcdt, out_w, out_b, spec, has_conv_b, *params):
         zxbcdt = zxbcdt.contiguous()
-        batch, seqlen, _ = zxbcdt.shape
-        ndir, di = spec.ndir, spec.d_inner
-        p = _Stacked(params, ndir, has_conv_b, spec.headdim)
-        z, xBC, dt = _views(zxbcdt, spec)
-        xbc2 = conv_forward(xBC, p.conv_w, p.conv_b,
-                            zxbcdt.new_empty(batch, seqlen, ndir, spec.conv_dim))
-        args = p.scan_args(xbc2, dt, spec, default_chunk(seqlen))
-        y2 = zxbcdt.new_empty(batch, seqlen, ndir, di)
-        scan_forward(args, y2.view(args.x.shape))
-        out = zxbcdt.new_empty(batch, seqlen, di)
-        _, rstd = gated_norm_forward(y2.view(-1, ndir, di), z.reshape(-1, di),
-                                     p.norm_w, spec.eps, spec.ngroups, out.view(-1, di))
-        # out_proj in the compute dtype, as nn.Linear under autocast
+        p = _Stacked(params, spec.ndir, has_conv_b, spec.headdim)
         w_c = out_w.to(zxbcdt.dtype)
-        b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
+        res, xbc2, y2, rstd = _core_forward(zxbcdt, w_c, out_b, p, spec)
         ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, w_c, *params)
         ctx.stacked = p
         ctx.spec = spec
-        ctx.meta = (out_w.dtype, out_b is not None, has_conv_b)
-        return torch.nn.functional.linear(out, w_c, b_c)
+        ctx.meta = (out_w.dtype, out_b is not None)
+        return res
 
     @staticmethod
     def backward(ctx, dres):
         zxbcdt, xbc2, y2, rstd, w_c, *params = ctx.saved_tensors
-        spec = ctx.spec
-        out_w_dtype, has_out_b, has_conv_b = ctx.meta
-        batch, seqlen, _ = zxbcdt.shape
-        ndir, di = spec.ndir, spec.d_inner
-        p = ctx.stacked
-        z, xBC, dt = _views(zxbcdt, spec)
-        args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
+        dzxbcdt, dout_w, dout_b, stacked = _core_backward(
+            dres, zxbcdt, xbc2, y2, rstd, w_c, *ctx.meta, params, ctx.stacked, ctx.spec)
+        return (dzxbcdt, dout_w, dout_b, None, None, *_unstack(stacked, params))
 
-        # out_proj: the input gradient, then the norm's output again for the weights
-        dres2 = dres.reshape(-1, dres.shape[-1]).to(w_c.dtype)
-        dout = dres2 @ w_c
-        out = torch.empty_like(dout)
-        dzxbcdt = torch.empty_like(zxbcdt)
-        dz, dxBC, ddt_raw = _views(dzxbcdt, spec)
-        dy2 = torch.empty_like(y2)
-        dnorm_w = gated_norm_backward(dout, y2.view(-1, ndir, di), z.reshape(-1, di),
-                                      p.norm_w, rstd, dy2.view(-1, ndir, di),
-                                      dz.view(-1, di), out=out)
-        dout_w = (dres2.t() @ out).to(out_w_dtype)
-        dout_b = dres2.sum(0, dtype=torch.float32).to(out_w_dtype) if has_out_b else None
 
-        dxbc2 = torch.empty_like(xbc2)
-        dx_out, dB_out, dC_out = _split_xbc(dxbc2, spec)
-        dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
-                                                   dD_per_slot=True)
-        sum_heads(dB, ndir, spec.ngroups, out=dB_out)
-        sum_heads(dC, ndir, spec.ngroups, out=dC_out)
-        ddt_raw.copy_(ddt.view(batch, seqlen, ndir, -1).sum(2))
-        dconv_w, dconv_b = conv_backward(xBC, p.conv_w, p.conv_b, dxbc2, dxBC)
-        dA_log = dA * p.A
-        # per-direction gradients: views of the stacked ones, in the parameters' order
-        grads = [*dconv_w.view(ndir, *params[0].shape).unbind(0)]
-        if has_conv_b:
-            grads += dconv_b.unbind(0)
-        for g in (dbias, dA_log, dD):
-            grads += g.view(ndir, -1).unbind(0)
-        grads += dnorm_w.unbind(0)
-        grads = [g.to(q.dtype) for g, q in zip(grads, params)]
-        return (dzxbcdt, dout_w, dout_b, None, None, *grads)
+# --------------------------------------------------------------- torch.compile
+# The same forward and backward as custom ops, so that Dynamo sees one opaque node
+# per call (no graph break, no tracing into Triton's launcher), AOTAutograd keeps
+# xbc2, y2 and rstd for the backward, and CUDA graphs capture the launches.
+
+@torch.library.custom_op('mmdinomamba::mixer_core_fwd', mutates_args=())
+def _op_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
+                params: List[Tensor], d_inner: int, ngroups: int, d_state: int,
+                headdim: int, ndir: int, eps: float, has_conv_b: bool
+                ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    spec = MixerSpec(d_inner, ngroups, d_state, headdim, ndir, eps)
+    p = _Stacked(params, ndir, has_conv_b, headdim)
+    return _core_forward(zxbcdt.contiguous(), out_w.to(zxbcdt.dtype), out_b, p, spec)
+
+
+@_op_forward.register_fake
+def _(zxbcdt, out_w, out_b, params, d_inner, ngroups, d_state, headdim, ndir, eps,
+      has_conv_b):
+    batch, seqlen, _ = zxbcdt.shape
+    conv_dim = d_inner + 2 * ngroups * d_state
+    return (zxbcdt.new_empty(batch, seqlen, out_w.shape[0]),
+            zxbcdt.new_empty(batch, seqlen, ndir, conv_dim),
+            zxbcdt.new_empty(batch, seqlen, ndir, d_inner),
+            zxbcdt.new_empty(batch * seqlen, ndir, ngroups, dtype=torch.float32))
+
+
+@torch.library.custom_op('mmdinomamba::mixer_core_bwd', mutates_args=())
+def _op_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd: Tensor,
+                 out_w: Tensor, has_out_b: bool, params: List[Tensor], d_inner: int,
+                 ngroups: int, d_state: int, headdim: int, ndir: int, eps: float,
+                 has_conv_b: bool) -> Tuple[Tensor, Tensor, Tensor, List[Tensor]]:
+    """The gradients, the per-direction ones stacked (:func:`_unstack` splits them
+    outside the op: an op returns no views of its outputs); empty tensors stand for
+    the missing biases' (an op returns no None)."""
+    spec = MixerSpec(d_inner, ngroups, d_state, headdim, ndir, eps)
+    p = _Stacked(params, ndir, has_conv_b, headdim)
+    zxbcdt = zxbcdt.contiguous()
+    dzxbcdt, dout_w, dout_b, stacked = _core_backward(
+        dres, zxbcdt, xbc2, y2, rstd, out_w.to(zxbcdt.dtype), out_w.dtype, has_out_b,
+        params, p, spec)
+    empty = out_w.new_empty(0)
+    # the conv's weight and bias gradients are slices of one buffer: copies
+    return (dzxbcdt, dout_w, dout_b if has_out_b else empty,
+            [empty if g is None else g.contiguous() for g in stacked])
+
+
+@_op_backward.register_fake
+def _(dres, zxbcdt, xbc2, y2, rstd, out_w, has_out_b, params, d_inner, ngroups, d_state,
+      headdim, ndir, eps, has_conv_b):
+    conv_dim = d_inner + 2 * ngroups * d_state
+    nheads = d_inner // headdim
+    f32 = dict(dtype=torch.float32)
+    stacked = [out_w.new_empty(ndir, conv_dim, params[0].shape[-1], **f32),
+               out_w.new_empty((ndir, conv_dim) if has_conv_b else (0, ), **f32),
+               *(out_w.new_empty(ndir * nheads, **f32) for _ in range(3)),
+               out_w.new_empty(ndir, d_inner, **f32)]
+    return (torch.empty_like(zxbcdt, memory_format=torch.contiguous_format),
+            torch.empty_like(out_w, memory_format=torch.contiguous_format),
+            out_w.new_empty(out_w.shape[0] if has_out_b else 0), stacked)
+
+
+def _op_setup_context(ctx, inputs, output):
+    zxbcdt, out_w, out_b, params, *sizes = inputs
+    _, xbc2, y2, rstd = output
+    ctx.mark_non_differentiable(xbc2, y2, rstd)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, out_w, *params)
+    ctx.has_out_b = out_b is not None
+    ctx.sizes = sizes
+
+
+def _op_autograd(ctx, dres, *_):
+    zxbcdt, xbc2, y2, rstd, out_w, *params = ctx.saved_tensors
+    dzxbcdt, dout_w, dout_b, stacked = torch.ops.mmdinomamba.mixer_core_bwd(
+        dres, zxbcdt, xbc2, y2, rstd, out_w, ctx.has_out_b, params, *ctx.sizes)
+    if not ctx.sizes[-1]:  # no conv bias
+        stacked[1] = None
+    return (dzxbcdt, dout_w, dout_b if ctx.has_out_b else None,
+            _unstack(stacked, params), *(None, ) * len(ctx.sizes))
+
+
+torch.library.register_autograd('mmdinomamba::mixer_core_fwd', _op_autograd,
+                                setup_context=_op_setup_context)
+
+
+def mixer_core_op(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tensor:
+    """:func:`mixer_core_triton` through the custom op ``mmdinomamba::mixer_core_fwd``
+    (its backward ``mmdinomamba::mixer_core_bwd``): what ``torch.compile`` traces."""
+    res, _, _, _ = torch.ops.mmdinomamba.mixer_core_fwd(
+        zxbcdt, params.out_w, params.out_b, _flat_params(params), *_spec_args(spec),
+        params.conv_b is not None)
+    return res
 
 
 def mixer_core_triton(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tensor:
@@ -167,5 +299,7 @@ def mixer_core_triton(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> T
     if spec.d_conv != 4:
         raise ValueError(f'mixer_core_triton: the fused conv is written for d_conv=4, '
                          f'got {spec.d_conv}')
+    if torch.compiler.is_compiling():
+        return mixer_core_op(zxbcdt, params, spec)
     return _MixerCore.apply(zxbcdt, params.out_w, params.out_b, spec,
                             params.conv_b is not None, *_flat_params(params))
