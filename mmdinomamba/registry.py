@@ -47,6 +47,8 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
     # checkpoints written atomically, with every rank's RNG states (exact resume)
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
+    # torch.compile of named submodules (the backbones), selected in the config
+    ('mmdinomamba.engine.hooks.CompileModulesHook', 'HOOKS', ALL),
     ('mmdinomamba.engine.optimizers.PerParamClipOptimWrapper', 'OPTIM_WRAPPERS',
      PRETRAIN),
     ('mmdinomamba.engine.optimizers.PerParamClipAmpOptimWrapper', 'OPTIM_WRAPPERS',

@@ -2,7 +2,7 @@ from .checkpoint import (allow_mmengine_checkpoint_types, check_resume_checkpoin
                          dump_atomic, find_resume_checkpoint, save_atomic, write_atomic)
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import CPUDistributedDataParallel, setup_cpu_distributed
-from .hooks import (DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
+from .hooks import (CompileModulesHook, DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
                     DINOTeacherTempHook, ResumableCheckpointHook)
 from .optimizers import (LayerDecayOptimWrapperConstructor, PerParamClipAmpOptimWrapper,
                          PerParamClipOptimWrapper)
@@ -10,7 +10,7 @@ from .pretrained import check_pretrained_checkpoints
 from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
                         set_rng_state)
 
-__all__ = ['CPUDistributedDataParallel', 'DINOFreezeLastLayerHook',
+__all__ = ['CPUDistributedDataParallel', 'CompileModulesHook', 'DINOFreezeLastLayerHook',
            'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
            'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
            'PerParamClipOptimWrapper', 'ResumableCheckpointHook',

@@ -85,7 +85,7 @@ def dino_runs(toy_root, tmp_path_factory):
     resumed = run(tiny_dino_config(toy_root, str(tmp / 'resumed')), 'dino-resumed',
                   resume_from=first)
     return dict(tmp=tmp, full_iter=full.iter, resumed_iter=resumed.iter,
-                snapshots=record.snapshots)
+                snapshots=record.snapshots, toy_root=toy_root)
 
 
 def test_resume_matches_uninterrupted_run(dino_runs):
@@ -107,6 +107,42 @@ def test_resume_matches_uninterrupted_run(dino_runs):
     groups = [(g['lr'], g['weight_decay']) for g in want['optimizer']['param_groups']]
     assert groups == [(g['lr'], g['weight_decay'])
                       for g in got['optimizer']['param_groups']]
+
+
+def test_compile_hook_compiles_both_backbones_and_trains_the_same(dino_runs):
+    """CompileModulesHook as a config selects it: both backbones compiled in place,
+    checkpoints with the eager run's keys and, with Dynamo's graphs run by the
+    'eager' backend, the eager run's weights bit for bit (that the compiler's own
+    backends compute the same function is tests/models/test_compile.py's job)."""
+    torch._dynamo.reset()
+    tmp = dino_runs['tmp']
+    cfg = tiny_dino_config(dino_runs['toy_root'], str(tmp / 'compiled'))
+    cfg.custom_hooks.append(dict(type='CompileModulesHook',
+                                 modules=['backbone', 'teacher.backbone'],
+                                 backend='eager', dynamic=False))
+    runner = run(cfg, 'dino-compiled')
+    model = runner.model
+    for module in (model.backbone, model.teacher['backbone']):
+        assert module._compiled_call_impl is not None
+    assert model.head._compiled_call_impl is None
+    want, got = load(tmp / 'full' / 'epoch_2.pth'), load(tmp / 'compiled' / 'epoch_2.pth')
+    assert set(want['state_dict']) == set(got['state_dict'])
+    for key, value in want['state_dict'].items():
+        assert torch.equal(got['state_dict'][key], value), key
+
+
+def test_compile_hook_names_a_missing_module():
+    from mmdinomamba.engine import CompileModulesHook
+    hook = CompileModulesHook(modules=['backbone', 'teacher.neck'])
+
+    class FakeRunner:
+        model = torch.nn.ModuleDict(dict(backbone=torch.nn.Linear(2, 2),
+                                         teacher=torch.nn.ModuleDict()))
+    with pytest.raises(AttributeError, match="no submodule 'teacher.neck'.*backbone"):
+        hook.before_train(FakeRunner())
+    assert FakeRunner.model['backbone']._compiled_call_impl is None  # nothing half-done
+    with pytest.raises(ValueError, match='names no submodule'):
+        CompileModulesHook(modules=[])
 
 
 def test_last_layer_frozen_during_first_epoch(dino_runs):
