@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from mmdinomamba.engine.hooks.compile_hook import compile_module
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.ops import BACKENDS, resolve_backend, ssd, triton_available
 
@@ -227,14 +228,19 @@ def _steps(model: torch.nn.Module, x: torch.Tensor, device: torch.device,
 def measure_model(model: torch.nn.Module, img_size: int, batch: int,
                   device: torch.device, amp: Optional[torch.dtype], modes: Sequence[str],
                   warmup: int, repeats: int, iters: int,
-                  graph: bool = False) -> Dict[str, object]:
+                  graph: bool = False,
+                  compile_mode: Optional[str] = None) -> Dict[str, object]:
     """Inference and training-step figures of one model at one (size, batch).
 
-    Eager figures always; with ``graph`` also the same steps replayed from a CUDA
-    graph (``*_graph_*`` keys), which removes the host's launch overhead. Peak
-    memory is the eager run's.
+    Eager figures always (with ``compile_mode``, a ``torch.compile`` mode, the
+    model is compiled in place first, and the "eager" figures are the compiled
+    model's: its steps run as a user's loop would run them); with ``graph`` also
+    the same steps replayed from a CUDA graph of our own (``*_graph_*`` keys),
+    which removes the host's launch overhead. Peak memory is the first run's.
     """
     model.to(device)
+    if compile_mode:
+        compile_module(model, mode=compile_mode, dynamic=False)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     res: Dict[str, object] = dict(
         params_m=sum(p.numel() for p in model.parameters()) / 1e6)
@@ -284,13 +290,17 @@ def _ssd_path(model: torch.nn.Module, device: torch.device) -> str:
 def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[int],
                device: torch.device, amp: Optional[torch.dtype], modes: Sequence[str],
                warmup: int, repeats: int, iters: int,
-               baseline: Optional[str] = BASELINE, graph: bool = False) -> List[dict]:
+               baseline: Optional[str] = BASELINE, graph: bool = False,
+               compile_mode: Optional[str] = None) -> List[dict]:
     """Measure every (model, size) pair; add ratios to ``baseline`` (a key of specs).
 
     Returns:
         list[dict]: one row per (model, size) with the figures of
         :func:`measure_model`, ``error`` when it failed, and ``*_vs_baseline``.
     """
+    if graph and compile_mode:
+        raise ValueError('benchmark: --cuda-graph captures eager steps; measure '
+                         '--compile in a separate run')
     if len(sizes) != len(batches):
         raise ValueError(f'benchmark: give one batch size per input size, got sizes '
                          f'{list(sizes)} and batch sizes {list(batches)}')
@@ -303,7 +313,7 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                 row['source'] = getattr(model, 'baseline_source', spec['type'])
                 row['ssd_path'] = _ssd_path(model, device)
                 row.update(measure_model(model, size, batch, device, amp, modes,
-                                         warmup, repeats, iters, graph))
+                                         warmup, repeats, iters, graph, compile_mode))
             except Exception as e:  # OOM, a missing baseline: report and go on
                 row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
                 traceback.print_exc()
@@ -376,7 +386,8 @@ def dino_views(cfg, batch: int, device: torch.device) -> dict:
 
 
 def build_dino_step(config: str, device: torch.device, batch: Optional[int] = None,
-                    cfg_options: Optional[dict] = None):
+                    cfg_options: Optional[dict] = None,
+                    compile_mode: Optional[str] = None):
     """The training step of a DINO config, as ``tools/train.py`` runs it.
 
     The model, its data preprocessor and the optimizer wrapper (the config's own:
@@ -392,6 +403,9 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
         batch (int, optional): images per view; None takes the config's.
         cfg_options (dict, optional): overrides merged into the config, as
             ``--cfg-options``.
+        compile_mode (str, optional): compile the student's and the teacher's
+            backbones with this ``torch.compile`` mode, as
+            :class:`~mmdinomamba.engine.hooks.CompileModulesHook` does.
 
     Returns:
         tuple: (step function, the model, images per view).
@@ -416,6 +430,9 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
     model = MODELS.build(model_cfg)
     model.init_weights()
     model.to(device).train()
+    if compile_mode:
+        for module in (model.backbone, model.teacher['backbone']):
+            compile_module(module, mode=compile_mode, dynamic=False)
     wrapper_cfg = cfg.optim_wrapper.copy()
     if device.type != 'cuda' and 'Amp' in wrapper_cfg.get('type', ''):
         wrapper_cfg['type'] = wrapper_cfg['type'].replace('Amp', '')  # AMP needs CUDA
@@ -431,7 +448,8 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
 
 def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: int,
                       iters: int, host_batch: int = 2,
-                      cfg_options: Optional[dict] = None) -> Dict[str, object]:
+                      cfg_options: Optional[dict] = None,
+                      compile_mode: Optional[str] = None) -> Dict[str, object]:
     """Seconds per iteration, images/s, peak memory, launches and host time of one
     config's DINO step.
 
@@ -439,7 +457,8 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
     waits for the host, so its time is the host's (the issue time of the full
     step cannot be read directly: the AMP loss scaler waits for the device).
     """
-    step, model, batch = build_dino_step(config, device, cfg_options=cfg_options)
+    step, model, batch = build_dino_step(config, device, cfg_options=cfg_options,
+                                         compile_mode=compile_mode)
     _reset_peak(device)
     t = time_ms(step, device, warmup, repeats, iters)
     res: Dict[str, object] = dict(
@@ -451,7 +470,7 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
     _reset_peak(device)
     if host_batch:
         small, _, _ = build_dino_step(config, device, batch=host_batch,
-                                      cfg_options=cfg_options)
+                                      cfg_options=cfg_options, compile_mode=compile_mode)
         res['host_ms'] = statistics.median(time_ms(small, device, warmup, repeats, iters))
         del small
     return res
@@ -459,15 +478,19 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
 
 def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
                    repeats: int, iters: int, baseline: Optional[str] = None,
-                   host_batch: int = 2) -> List[dict]:
+                   host_batch: int = 2, compile_mode: Optional[str] = None,
+                   compile_baseline: bool = False) -> List[dict]:
     """:func:`measure_dino_step` for each named config; ``<figure>_vs_baseline``
-    ratios (throughput) against the ``baseline`` name."""
+    ratios (throughput) against the ``baseline`` name. ``compile_mode`` applies to
+    every config but the baseline's, unless ``compile_baseline``."""
     rows = []
     for name, config in configs.items():
         row = dict(model=name, config=config)
         try:
+            mode = compile_mode if compile_baseline or name != baseline else None
+            row['compile'] = mode
             row.update(measure_dino_step(config, device, warmup, repeats, iters,
-                                         host_batch))
+                                         host_batch, compile_mode=mode))
         except Exception as e:  # OOM, a config that does not build: report, go on
             row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
             traceback.print_exc()
@@ -487,13 +510,13 @@ def format_dino_row(r: dict) -> str:
     return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
-            f"{_fmt(r.get('peak_gib'), '7.2f')}")
+            f"{_fmt(r.get('peak_gib'), '7.2f')}  {r.get('compile') or 'eager'}")
 
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7}")
+            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7}  compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 
 

@@ -117,6 +117,19 @@ def test_dino_step_runs_the_configs_training_step():
     assert 'toy' in bench.format_dino_table(rows, 'toy')
 
 
+def test_dino_step_compiles_both_backbones_when_asked():
+    """As CompileModulesHook does: in place, the heads stay eager (compilation
+    itself is lazy, so nothing is compiled here)."""
+    _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
+                                        compile_mode='default')
+    assert model.backbone._compiled_call_impl is not None
+    assert model.teacher['backbone']._compiled_call_impl is not None
+    assert model.head._compiled_call_impl is None
+    with pytest.raises(ValueError, match='separate run'):
+        bench.run_models({}, [224], [1], torch.device('cpu'), None, ['train'], 0, 1, 1,
+                         graph=True, compile_mode='reduce-overhead')
+
+
 def test_dino_step_reports_a_config_that_does_not_build():
     rows = bench.run_dino_steps({'missing': 'configs/dino/no_such.py'},
                                 torch.device('cpu'), 0, 1, 1)

@@ -26,6 +26,9 @@ from mmdinomamba.analysis.benchmark import (AMP_DTYPES, BASELINE, DINO_BASELINE,
 from mmdinomamba.engine.checkpoint import dump_atomic
 from mmdinomamba.ops import BACKENDS
 
+COMPILE_MODES = ['default', 'reduce-overhead', 'max-autotune',
+                 'max-autotune-no-cudagraphs']
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -52,6 +55,8 @@ def parse_args(argv=None):
                    help=f'skip the {BASELINE} baseline (no ratios)')
     m.add_argument('--cuda-graph', action='store_true',
                    help='also time each step replayed from a CUDA graph (gInfer, gTrain)')
+    m.add_argument('--compile', choices=COMPILE_MODES,
+                   help='torch.compile every model (the baseline too) in this mode first')
     d = sub.add_parser('dino-step', help='the DINO training step of the shipped configs')
     d.add_argument('--models', nargs='+', choices=sorted(DINO_CONFIGS),
                    default=['dinovim-t', 'dinovim-s', 'dinovim-b'])
@@ -59,6 +64,12 @@ def parse_args(argv=None):
                    help='images per view of the host-bound run (0: skip it)')
     d.add_argument('--no-baseline', action='store_true',
                    help=f'skip the {DINO_BASELINE} baseline (no ratios)')
+    d.add_argument('--compile', choices=COMPILE_MODES,
+                   help='torch.compile both backbones of each DINO model in this mode, '
+                   'as CompileModulesHook does (the baseline only with '
+                   '--compile-baseline)')
+    d.add_argument('--compile-baseline', action='store_true',
+                   help='compile the baseline too')
     k = sub.add_parser('kernel', help='the SSD op alone')
     k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
                    default=['chunked', 'triton', 'mamba_ssm'])
@@ -94,12 +105,12 @@ def main(argv=None) -> dict:
             specs[name] = spec
         result['settings'].update(sizes=args.sizes, batch_sizes=args.batch_sizes,
                                   modes=args.modes, ssd_backend=args.ssd_backend,
-                                  cuda_graph=args.cuda_graph)
+                                  cuda_graph=args.cuda_graph, compile=args.compile)
         if args.cuda_graph and device.type != 'cuda':
             raise ValueError('benchmark: --cuda-graph needs a CUDA device')
         rows = run_models(specs, args.sizes, args.batch_sizes, device, amp, args.modes,
                           args.warmup, args.repeats, args.iters, baseline,
-                          args.cuda_graph)
+                          args.cuda_graph, args.compile)
         result['rows'] = rows
         print(format_table(rows, baseline))
     elif args.mode == 'dino-step':
@@ -107,9 +118,12 @@ def main(argv=None) -> dict:
         names = ([baseline] if baseline else []) + [
             n for n in args.models if n != baseline]
         configs = {n: DINO_CONFIGS[n] for n in names}
-        result['settings'].update(configs=configs, host_batch=args.host_batch)
+        result['settings'].update(configs=configs, host_batch=args.host_batch,
+                                  compile=args.compile,
+                                  compile_baseline=args.compile_baseline)
         rows = run_dino_steps(configs, device, args.warmup, args.repeats, args.iters,
-                              baseline, args.host_batch)
+                              baseline, args.host_batch, args.compile,
+                              args.compile_baseline)
         result['rows'] = rows
         print(format_dino_table(rows, baseline))
     elif args.mode == 'profile':

@@ -4,6 +4,8 @@
 # JPEGs, one epoch of ITERS iterations; prints s/iter from mmengine's log (the mean
 # of the logged 10-iteration windows after the first, which holds the warm-up).
 #   bash tools/analysis/time_training_loop.sh [MODEL ...]   (default: vit-base dinovim-base dinovim-small dinovim-tiny)
+# MODEL+compile takes the -compile variant of a config (both backbones under
+# torch.compile with CUDA graphs: CompileModulesHook), e.g. dinovim-base+compile.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -12,10 +14,13 @@ ROOT=${ROOT:-work_dirs/synthetic_imagenet}
 MODELS=${*:-vit-base dinovim-base dinovim-small dinovim-tiny}
 [ -f "$ROOT/meta/train.txt" ] || "$PYTHON" tools/analysis/make_synthetic_imagenet.py "$ROOT" $((48 * ITERS)) || exit 1
 for m in $MODELS; do
-  log=work_dirs/time_training_loop/$m.log
+  base=${m%+compile}
+  cfg=configs/dino/dino_${base}-p16_4xb48-amp-100e_in1k.py
+  [ "$m" = "$base" ] || cfg=configs/dino/dino_${base}-p16_4xb48-amp-compile-100e_in1k.py
+  log=work_dirs/time_training_loop/${m/+/_}.log
   mkdir -p "$(dirname "$log")"
-  "$PYTHON" tools/train.py "configs/dino/dino_${m}-p16_4xb48-amp-100e_in1k.py" \
-    --work-dir "work_dirs/time_training_loop/$m" --cfg-options \
+  "$PYTHON" tools/train.py "$cfg" \
+    --work-dir "work_dirs/time_training_loop/${m/+/_}" --cfg-options \
     train_dataloader.dataset.data_root="$ROOT" train_dataloader.num_workers=${WORKERS:-14} \
     train_cfg.max_epochs=1 default_hooks.logger.interval=10 \
     default_hooks.checkpoint.interval=100 default_hooks.checkpoint.save_last=False > "$log" 2>&1
