@@ -21,12 +21,12 @@ pytest.importorskip('triton')
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 TOL = 1e-5
 
-SCRIPT = r'''
+# what every script starts with: `rel` (norm-relative error), `errors` (printed as
+# JSON at the end), the seed
+PRELUDE = r'''
 import json
 import torch
 from mmdinomamba.models.mixers import SSDMixer
-from mmdinomamba.ops import rms_norm, ssd_ref
-from mmdinomamba.ops.triton import add_rms_norm_triton, mixer_core_triton, ssd_triton
 
 def rel(a, b):
     a, b = a.double(), b.double()
@@ -34,6 +34,24 @@ def rel(a, b):
 
 torch.manual_seed(0)
 errors = {}
+'''
+END = "print('ERRORS=' + json.dumps(errors))\n"
+
+
+def run_in_interpreter(script: str) -> dict:
+    """Run PRELUDE + script + END under TRITON_INTERPRET=1; the errors it printed."""
+    env = dict(os.environ, TRITON_INTERPRET='1', PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, '-c', PRELUDE + script + END], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith('ERRORS=')][-1]
+    return json.loads(line[len('ERRORS='):])
+
+
+SCRIPT = r'''
+from mmdinomamba.ops import rms_norm, ssd_ref
+from mmdinomamba.ops.triton import add_rms_norm_triton, mixer_core_triton, ssd_triton
+
 # one direction, several chunks (5 forward, 3 backward with a short last one), two
 # groups, per-channel D, gate z
 L = 150
@@ -160,17 +178,11 @@ ye = ssd_triton(xe, dte, Ae, Be, Ce)
 ye_ref = ssd_ref(xe.double(), dte.double(), Ae.double(), Be.double(), Ce.double())
 errors['extreme_dt.finite'] = 0.0 if bool(ye.isfinite().all()) else 1.0
 errors['extreme_dt.y'] = rel(ye, ye_ref)
-print('ERRORS=' + json.dumps(errors))
 '''
 
 
 def test_triton_kernels_in_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET='1', PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, '-c', SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith('ERRORS=')][-1]
-    errors = json.loads(line[len('ERRORS='):])
+    errors = run_in_interpreter(SCRIPT)
     expected = {'scan.y', 'scan.dz', 'scan.dA', 'scan.dD', 'mixer.y', 'mixer.du',
                 'mixer.dA_log_b', 'mixer.dconv1d_b.weight', 'mixer.dnorm_b.weight',
                 'mixer.din_proj.weight', 'addnorm.out', 'addnorm.dweight',
@@ -183,19 +195,10 @@ def test_triton_kernels_in_interpreter():
 
 
 OP_SCRIPT = r'''
-import json
-import torch
-from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.ops import mixer_core_ref
 from mmdinomamba.ops.triton import mixer_core_triton
 from mmdinomamba.ops.triton.mixer import mixer_core_op
 
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
-torch.manual_seed(0)
-errors = {}
 mixer = SSDMixer(32, d_state=16, headdim=16, chunk_size=16, bias=True)
 for p in mixer.parameters():  # every parameter away from its initial value
     p.data += 0.1 * torch.randn_like(p)
@@ -228,7 +231,6 @@ torch.library.opcheck(torch.ops.mmdinomamba.mixer_core_fwd,
                       test_utils=('test_schema', 'test_faketensor',
                                   'test_autograd_registration'))
 errors['opcheck'] = 0.0
-print('ERRORS=' + json.dumps(errors))
 '''
 
 
@@ -236,12 +238,7 @@ def test_mixer_custom_op_in_interpreter():
     """What torch.compile runs (the custom ops, traced by aot_eager as Inductor's
     front end traces them) equals the eager fused path bit for bit and the PyTorch
     reference to float32 rounding; torch.library's opcheck accepts the op."""
-    env = dict(os.environ, TRITON_INTERPRET='1', PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, '-c', OP_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith('ERRORS=')][-1]
-    errors = json.loads(line[len('ERRORS='):])
+    errors = run_in_interpreter(OP_SCRIPT)
     assert set(errors) == {'op.ref', 'op.eager_bits', 'compiled.ref',
                            'compiled.eager_bits', 'opcheck'}
     for name in ('op.ref', 'compiled.ref'):
