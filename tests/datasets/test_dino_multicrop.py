@@ -48,6 +48,21 @@ def test_view_settings_follow_the_paper():
     assert (g2['Solarize'].prob, g2['Solarize'].thr) == (0.2, 128)
 
 
+def test_colour_settings_can_be_changed_for_every_view():
+    crop = DINOMultiCrop(global_size=32, local_size=16, num_local_views=1,
+                         color_jitter=dict(brightness=0.4, contrast=0.4,
+                                           saturation=0.8, hue=0.5),
+                         color_jitter_prob=1.0, grayscale_prob=0.5)
+    for views in (transforms_of(p) for p in crop.pipelines):
+        assert views['RandomApply'].prob == 1.0
+        jitter = views['RandomApply'].transforms.transforms[0]
+        got = [jitter.brightness, jitter.contrast, jitter.saturation, jitter.hue]
+        assert np.allclose(got, [(0.6, 1.4), (0.6, 1.4), (0.2, 1.8), (-0.5, 0.5)])
+        assert views['RandomGrayscale'].prob == 0.5
+    out = crop(dict(img=image()))
+    assert [v.shape for v in out['img']] == [(32, 32, 3)] * 2 + [(16, 16, 3)]
+
+
 def test_blur_radius_is_drawn_per_image_in_range():
     blur = transforms_of(DINOMultiCrop().pipelines[0])['GaussianBlur']
     np.random.seed(0)

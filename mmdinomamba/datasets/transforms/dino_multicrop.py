@@ -4,7 +4,7 @@
 2021), https://arxiv.org/abs/2104.14294, App. (data augmentation), which follows
 BYOL's photometric augmentations.
 """
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from mmpretrain.datasets.transforms import MultiView
 
@@ -19,7 +19,10 @@ VIEW_PROBS = dict(global1=(1.0, 0.0), global2=(0.1, 0.2), local=(0.5, 0.0))
 
 
 def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: float,
-                       solarize_prob: float, interpolation: str = 'bicubic') -> List[dict]:
+                       solarize_prob: float, interpolation: str = 'bicubic',
+                       color_jitter: Optional[dict] = None,
+                       color_jitter_prob: float = COLOR_JITTER_PROB,
+                       grayscale_prob: float = GRAYSCALE_PROB) -> List[dict]:
     """Transform configs of one DINO view (crop, flip, colour, blur, solarise).
 
     The blur radius is drawn uniformly from ``BLUR_RADIUS`` for every image
@@ -32,6 +35,11 @@ def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: fl
         blur_prob (float): probability of a Gaussian blur.
         solarize_prob (float): probability of solarisation (0 leaves it out).
         interpolation (str): resize interpolation. Defaults to 'bicubic'.
+        color_jitter (dict, optional): brightness, contrast, saturation and hue
+            of the colour jitter; None = DINO's ``COLOR_JITTER``.
+        color_jitter_prob (float): probability of the colour jitter. Defaults to
+            DINO's 0.8.
+        grayscale_prob (float): probability of grayscale. Defaults to DINO's 0.2.
 
     Returns:
         list[dict]: transform configs, scoped to mmpretrain so that they build
@@ -41,9 +49,11 @@ def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: fl
         dict(type='mmpretrain.RandomResizedCrop', scale=size, crop_ratio_range=crop_scale,
              interpolation=interpolation, backend='pillow'),
         dict(type='mmpretrain.RandomFlip', prob=0.5, direction='horizontal'),
-        dict(type='RandomApply', prob=COLOR_JITTER_PROB,  # mmcv's, found from any scope
-             transforms=[dict(type='mmpretrain.HueSafeColorJitter', **COLOR_JITTER)]),
-        dict(type='mmpretrain.RandomGrayscale', prob=GRAYSCALE_PROB, keep_channels=True,
+        dict(type='RandomApply', prob=color_jitter_prob,  # mmcv's, found from any scope
+             transforms=[dict(type='mmpretrain.HueSafeColorJitter',
+                              **(COLOR_JITTER if color_jitter is None
+                                 else color_jitter))]),
+        dict(type='mmpretrain.RandomGrayscale', prob=grayscale_prob, keep_channels=True,
              channel_weights=(0.114, 0.587, 0.2989)),
         dict(type='mmpretrain.GaussianBlur', magnitude_range=BLUR_RADIUS,
              magnitude_std='inf', prob=blur_prob),
@@ -73,6 +83,12 @@ class DINOMultiCrop(MultiView):
         local_crop_scale (tuple[float, float]): area fraction range of local
             crops. Defaults to (0.05, 0.4).
         interpolation (str): resize interpolation. Defaults to 'bicubic'.
+        color_jitter (dict, optional): ``brightness``, ``contrast``, ``saturation``
+            and ``hue`` of the colour jitter; None (default) = DINO's (0.4, 0.4,
+            0.2, 0.1).
+        color_jitter_prob (float): probability of the colour jitter. Defaults to
+            0.8.
+        grayscale_prob (float): probability of grayscale. Defaults to 0.2.
     """
 
     def __init__(self,
@@ -81,7 +97,10 @@ class DINOMultiCrop(MultiView):
                  num_local_views: int = 8,
                  global_crop_scale: Tuple[float, float] = (0.4, 1.0),
                  local_crop_scale: Tuple[float, float] = (0.05, 0.4),
-                 interpolation: str = 'bicubic'):
+                 interpolation: str = 'bicubic',
+                 color_jitter: Optional[dict] = None,
+                 color_jitter_prob: float = COLOR_JITTER_PROB,
+                 grayscale_prob: float = GRAYSCALE_PROB):
         if global_size <= 0 or local_size <= 0:
             raise ValueError(f'DINOMultiCrop: crop sizes must be > 0, got global '
                              f'{global_size}, local {local_size}')
@@ -97,7 +116,8 @@ class DINOMultiCrop(MultiView):
                  ('global2', global_size, global_crop_scale),
                  ('local', local_size, local_crop_scale)]
         transforms = [
-            dino_view_pipeline(size, tuple(scale), *VIEW_PROBS[kind], interpolation)
+            dino_view_pipeline(size, tuple(scale), *VIEW_PROBS[kind], interpolation,
+                               color_jitter, color_jitter_prob, grayscale_prob)
             for kind, size, scale in views
         ]
         super().__init__(transforms=transforms, num_views=[1, 1, num_local_views])
