@@ -424,14 +424,15 @@ def mamba_ssm_available() -> bool:
 _LOGGED = set()
 
 
-def resolve_backend(backend: str, device: torch.device,
-                    needs_states: bool = False) -> str:
+def resolve_backend(backend: str, device: torch.device, needs_states: bool = False,
+                    dtype: Optional[torch.dtype] = None) -> str:
     """Turn ``'auto'`` into a concrete backend for tensors on ``device``.
 
     ``'auto'`` picks ``'triton'`` on CUDA when Triton imports (unless
     ``needs_states``: initial or final states are asked for), else ``'mamba_ssm'``
-    on CUDA when mamba-ssm imports, otherwise ``'chunked'``. The choice is logged
-    once per (request, device type).
+    on CUDA when mamba-ssm imports, otherwise ``'chunked'``; where it would pick
+    ``'triton'`` for a ``dtype`` the kernels do not take (float64), ``'chunked'``.
+    The choice is logged once per (request, device type).
     """
     from .fused import triton_available
     if backend not in BACKENDS:
@@ -441,7 +442,7 @@ def resolve_backend(backend: str, device: torch.device,
     chosen = backend
     if backend == 'auto':
         if cuda and triton_available() and not needs_states:
-            chosen = 'triton'
+            chosen = 'triton' if dtype is None or dtype in TRITON_DTYPES else 'chunked'
         elif cuda and mamba_ssm_available():
             chosen = 'mamba_ssm'
         else:
@@ -491,9 +492,7 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     """
     check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size)
     needs_states = initial_states is not None or return_final_states
-    chosen = resolve_backend(backend, x.device, needs_states)
-    if chosen == 'triton' and backend == 'auto' and x.dtype not in TRITON_DTYPES:
-        chosen = 'chunked'  # float64 (or another dtype the kernels do not take)
+    chosen = resolve_backend(backend, x.device, needs_states, x.dtype)
     if chosen == 'triton':
         from .triton import ssd_triton
         return ssd_triton(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,

@@ -179,12 +179,14 @@ def test_backend_choice_is_logged_and_checked(caplog):
 
 
 def test_auto_scans_float64_with_the_pytorch_backend_where_triton_is_chosen(monkeypatch):
-    """On CUDA 'auto' resolves to 'triton', whose kernels take no float64: a float64
-    call must scan with 'chunked' (here 'auto' is made to resolve to 'triton' on
-    the CPU, and the kernels would fail to import or run)."""
-    import sys
-    ssd_module = sys.modules['mmdinomamba.ops.ssd']  # the package exports the function
-    monkeypatch.setattr(ssd_module, 'resolve_backend', lambda *a, **k: 'triton')
+    """On CUDA 'auto' resolves to 'triton', whose kernels take no float64: float64
+    must scan with 'chunked' (Triton is made to look available here; the choice
+    reads only the device's type)."""
+    import mmdinomamba.ops.fused as fused
+    monkeypatch.setattr(fused, 'triton_available', lambda: True)
+    cuda = torch.device('cuda')
+    assert resolve_backend('auto', cuda, dtype=torch.float32) == 'triton'
+    assert resolve_backend('auto', cuda, dtype=torch.float64) == 'chunked'
     args, kwargs = make_inputs(seqlen=6)
     assert args['x'].dtype == torch.float64
     y = ssd(**args, **kwargs, chunk_size=4, backend='auto')
