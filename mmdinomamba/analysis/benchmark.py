@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from mmdinomamba.engine.hooks.compile_hook import compile_module
+from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.ops import BACKENDS, resolve_backend, ssd, triton_available
 
@@ -240,7 +240,7 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
     """
     model.to(device)
     if compile_mode:
-        compile_module(model, mode=compile_mode, dynamic=False)
+        model.compile(mode=compile_mode, dynamic=False)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     res: Dict[str, object] = dict(
         params_m=sum(p.numel() for p in model.parameters()) / 1e6)
@@ -431,8 +431,8 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
     model.init_weights()
     model.to(device).train()
     if compile_mode:
-        for module in (model.backbone, model.teacher['backbone']):
-            compile_module(module, mode=compile_mode, dynamic=False)
+        compile_submodules(model, ['backbone', 'teacher.backbone'], mode=compile_mode,
+                           dynamic=False)
     wrapper_cfg = cfg.optim_wrapper.copy()
     if device.type != 'cuda' and 'Amp' in wrapper_cfg.get('type', ''):
         wrapper_cfg['type'] = wrapper_cfg['type'].replace('Amp', '')  # AMP needs CUDA

@@ -38,12 +38,17 @@ def triton_available() -> bool:
     return _triton_importable()
 
 
+def triton_takes(t: Tensor) -> bool:
+    """Whether the kernels can take tensor ``t``: CUDA, a Triton dtype, Triton here."""
+    return t.is_cuda and t.dtype in TRITON_DTYPES and triton_available()
+
+
 def use_triton(t: Tensor) -> bool:
-    """Whether the fused kernels can take tensor ``t``. Never under ``torch.compile``,
-    which fuses the PyTorch ops itself; only the mixer core, which it cannot write as
-    one kernel, stays fused there (a custom op: :func:`mmdinomamba.ops.uses_fused_core`)."""
-    return (not torch.compiler.is_compiling() and t.is_cuda and t.dtype in TRITON_DTYPES
-            and triton_available())
+    """Whether the fused kernels take tensor ``t`` (:func:`triton_takes`). Never under
+    ``torch.compile``, which fuses the PyTorch ops itself; only the mixer core, which
+    it cannot write as one kernel, stays fused there (a custom op:
+    :func:`mmdinomamba.ops.uses_fused_core`)."""
+    return not torch.compiler.is_compiling() and triton_takes(t)
 
 
 def compute_dtype(weight: Tensor) -> torch.dtype:

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from .conv import causal_depthwise_conv1d
-from .fused import TRITON_DTYPES, triton_available
+from .fused import triton_takes
 from .norm import gated_rms_norm
 from .ssd import resolve_backend, ssd
 
@@ -155,7 +155,7 @@ def uses_fused_core(zxbcdt: Tensor, spec: MixerSpec) -> bool:
     """
     if spec.ssd_backend not in ('auto', 'triton') or spec.d_conv != 4:
         return False
-    if not (zxbcdt.is_cuda and zxbcdt.dtype in TRITON_DTYPES and triton_available()):
+    if not triton_takes(zxbcdt):
         return False
     return resolve_backend(spec.ssd_backend, zxbcdt.device) == 'triton'
 

@@ -1,5 +1,5 @@
 """torch.compile for named submodules of a model, selected in the config."""
-from typing import Sequence
+from typing import List, Sequence
 
 import torch
 import torch.nn as nn
@@ -45,27 +45,30 @@ class CompileModulesHook(Hook):
 
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
-        targets = []
-        for name in self.modules:
-            try:
-                targets.append(model.get_submodule(name))
-            except AttributeError:
-                children = ', '.join(n for n, _ in model.named_children())
-                raise AttributeError(
-                    f'CompileModulesHook: the model ({type(model).__name__}) has no '
-                    f'submodule {name!r}; its top-level modules are: {children}'
-                ) from None
-        for name, module in zip(self.modules, targets):
-            compile_module(module, **self.compile_kwargs)
+        for name, module in zip(self.modules, compile_submodules(
+                model, self.modules, **self.compile_kwargs)):
             runner.logger.info(f'CompileModulesHook: compiled `{name}` '
                                f'({type(module).__name__}) with {self.compile_kwargs}')
 
 
-def compile_module(module: nn.Module, **compile_kwargs) -> nn.Module:
-    """``module.compile(**compile_kwargs)``: in place, so its name, its parameters'
-    names and whoever holds it are unchanged. Returns ``module``."""
+def compile_submodules(model: nn.Module, names: Sequence[str],
+                       **compile_kwargs) -> List[nn.Module]:
+    """``torch.compile`` the submodules of ``model`` named (dotted) in ``names``, in
+    place (``nn.Module.compile``: their names, their parameters' names and whoever
+    holds them are unchanged). Every name is looked up before anything compiles;
+    a missing one is an error naming it. Returns the modules, in ``names``' order."""
     if not hasattr(torch, 'compile'):
         raise RuntimeError('CompileModulesHook: torch.compile needs PyTorch >= 2.0, '
                            f'this is {torch.__version__}')
-    module.compile(**compile_kwargs)
-    return module
+    modules = []
+    for name in names:
+        try:
+            modules.append(model.get_submodule(name))
+        except AttributeError:
+            children = ', '.join(n for n, _ in model.named_children())
+            raise AttributeError(
+                f'CompileModulesHook: the model ({type(model).__name__}) has no '
+                f'submodule {name!r}; its top-level modules are: {children}') from None
+    for module in modules:
+        module.compile(**compile_kwargs)
+    return modules

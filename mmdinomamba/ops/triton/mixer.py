@@ -254,6 +254,7 @@ def _op_setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)
     ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, out_w, *params)
     ctx.has_out_b = out_b is not None
+    ctx.has_conv_b = sizes[-1]
     ctx.sizes = sizes
 
 
@@ -261,7 +262,7 @@ def _op_autograd(ctx, dres, *_):
     zxbcdt, xbc2, y2, rstd, out_w, *params = ctx.saved_tensors
     dzxbcdt, dout_w, dout_b, stacked = torch.ops.mmdinomamba.mixer_core_bwd(
         dres, zxbcdt, xbc2, y2, rstd, out_w, ctx.has_out_b, params, *ctx.sizes)
-    if not ctx.sizes[-1]:  # no conv bias
+    if not ctx.has_conv_b:
         stacked[1] = None
     return (dzxbcdt, dout_w, dout_b if ctx.has_out_b else None,
             _unstack(stacked, params), *(None, ) * len(ctx.sizes))
