@@ -25,7 +25,7 @@ class CompileModulesHook(Hook):
     (:mod:`mmdinomamba.ops.triton.mixer`); ``mode='reduce-overhead'`` replays each
     step's launches from CUDA graphs. ``dynamic=False`` gives each input shape (the
     global and the local crops) its own graph instead of one with symbolic sizes.
-    The first iterations compile (minutes for a base model).
+    The first iterations compile (about 80 s for DinoVim-T or -S on an H200).
 
     Args:
         modules (Sequence[str]): dotted names of submodules of the (unwrapped)
