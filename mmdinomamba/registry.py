@@ -33,6 +33,9 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     # layer-wise lr decay for UperNet / Cascade Mask R-CNN fine-tuning
     ('mmdinomamba.engine.optimizers.LayerDecayOptimWrapperConstructor',
      'OPTIM_WRAPPER_CONSTRUCTORS', SEG_DET),
+    # one optimizer group per distinct setting (not per tensor): DINO's recipe
+    ('mmdinomamba.engine.optimizers.GroupedOptimWrapperConstructor',
+     'OPTIM_WRAPPER_CONSTRUCTORS', ALL),
     # DINO (self-supervised pretraining) and its linear probe; mmdet has its own DINO
     ('mmdinomamba.models.selfsup.DINO', 'MODELS', PRETRAIN),
     ('mmdinomamba.models.heads.DINOHead', 'MODELS', PRETRAIN),

@@ -45,9 +45,20 @@ def _cuda_triton():
     return torch.cuda.is_available() and triton_available()
 
 
+@pytest.fixture
+def no_tf32():
+    """IEEE float32 matmuls and convolutions (cuDNN's default is TF32, whose 10-bit
+    mantissa put the patch embedding 1e-3 off the float64 reference on an H200)."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
 @pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
 @pytest.mark.parametrize('mode', ['default', 'reduce-overhead'])
-def test_compiled_cuda_runs_the_fused_mixer_as_custom_ops_and_matches_eager(mode):
+def test_compiled_cuda_runs_the_fused_mixer_as_custom_ops_and_matches_eager(mode,
+                                                                           no_tf32):
     """On CUDA the compiled graph holds the mixer's custom op (one node per block, no
     graph break, one graph with drop path on), and the compiled model, CUDA graphs
     included, gives eager's outputs and gradients (the same mixer kernels; Inductor's

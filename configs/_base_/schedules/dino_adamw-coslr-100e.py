@@ -5,6 +5,9 @@
 # output layer frozen during epoch 1.
 optim_wrapper = dict(
     type='PerParamClipOptimWrapper',
+    # one group per setting (decayed, not decayed) instead of one per tensor: the
+    # same update, ~375 fewer trips through the optimizer's per-group loop per step
+    constructor='GroupedOptimWrapperConstructor',
     # fused: one multi-tensor kernel per step instead of several per group of
     # tensors (DinoVim-B has ~375 parameter tensors; same update rule)
     optimizer=dict(type='AdamW', lr=5e-4 * (48 * 4) / 256, betas=(0.9, 0.999),

@@ -10,10 +10,12 @@ with every direction in one launch per stage::
     norm.py      both gated norms and their average
     out_proj     one matrix product
 
-Memory: the conv outputs are stored for the backward and the norm's output is not:
-the gated-norm backward writes it again just before ``out_proj``'s weight gradient
-needs it (the conv outputs are about twice its size; storing them saves a conv
-pass, not storing the norm's output keeps the training peak where it was).
+Memory: the backward keeps the projection (the op's input), the scan output and
+the norm's rstd, and recomputes the rest. The conv output (both directions, twice
+the size of xBC: a third of what a layer would otherwise keep) is written again by
+one conv pass at the start of the backward, and the norm's output by the
+gated-norm backward just before ``out_proj``'s weight gradient needs it. Each costs
+one memory-bound pass (docs/benchmark.md, "Memory", has the measured peaks).
 
 The per-direction parameters enter the function as the module holds them and are
 stacked inside it, where autograd records nothing; their gradients leave as views
@@ -91,14 +93,13 @@ def _spec_args(spec: MixerSpec) -> tuple:
 
 def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stacked,
                   spec: MixerSpec):
-    """The forward: the result (batch, seqlen, dim) and what the backward reads, the
-    conv output xbc2, the scan output y2 and the norm's rstd. ``w_c`` is out_w in
-    the compute dtype (zxbcdt's)."""
+    """The forward: the result (batch, seqlen, dim) and what the backward reads
+    besides zxbcdt, the scan output y2 and the norm's rstd. ``w_c`` is out_w in the
+    compute dtype (zxbcdt's)."""
     batch, seqlen, _ = zxbcdt.shape
     ndir, di = spec.ndir, spec.d_inner
     z, xBC, dt = _views(zxbcdt, spec)
-    xbc2 = conv_forward(xBC, p.conv_w, p.conv_b,
-                        zxbcdt.new_empty(batch, seqlen, ndir, spec.conv_dim))
+    xbc2 = _conv(xBC, p, spec)
     args = p.scan_args(xbc2, dt, spec, default_chunk(seqlen))
     y2 = zxbcdt.new_empty(batch, seqlen, ndir, di)
     scan_forward(args, y2.view(args.x.shape))
@@ -108,10 +109,17 @@ def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stac
     # out_proj in the compute dtype, as nn.Linear under autocast
     b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
     res = torch.nn.functional.linear(out, w_c, b_c)
-    return res, xbc2, y2, rstd
+    return res, y2, rstd
 
 
-def _core_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd: Tensor,
+def _conv(xBC: Tensor, p: _Stacked, spec: MixerSpec) -> Tensor:
+    """Both directions' conv + SiLU: (batch, seqlen, ndir, conv_dim), xBC's dtype."""
+    batch, seqlen, _ = xBC.shape
+    return conv_forward(xBC, p.conv_w, p.conv_b,
+                        xBC.new_empty(batch, seqlen, spec.ndir, spec.conv_dim))
+
+
+def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
                    w_c: Tensor, out_w_dtype: torch.dtype, has_out_b: bool,
                    params: List[Tensor], p: _Stacked, spec: MixerSpec):
     """The gradients of zxbcdt, out_w, out_b (None without a bias) and of the
@@ -120,6 +128,7 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd:
     batch, seqlen, _ = zxbcdt.shape
     ndir, di = spec.ndir, spec.d_inner
     z, xBC, dt = _views(zxbcdt, spec)
+    xbc2 = _conv(xBC, p, spec)  # recomputed: see the module's docstring, "Memory"
     args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
 
     # out_proj: the input gradient, then the norm's output again for the weights
@@ -171,8 +180,8 @@ class _MixerCore(torch.autograd.Function):
         zxbcdt = zxbcdt.contiguous()
         p = _Stacked(params, spec.ndir, has_conv_b, spec.headdim)
         w_c = out_w.to(zxbcdt.dtype)
-        res, xbc2, y2, rstd = _core_forward(zxbcdt, w_c, out_b, p, spec)
-        ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, w_c, *params)
+        res, y2, rstd = _core_forward(zxbcdt, w_c, out_b, p, spec)
+        ctx.save_for_backward(zxbcdt, y2, rstd, w_c, *params)
         ctx.stacked = p
         ctx.spec = spec
         ctx.meta = (out_w.dtype, out_b is not None)
@@ -180,22 +189,22 @@ class _MixerCore(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dres):
-        zxbcdt, xbc2, y2, rstd, w_c, *params = ctx.saved_tensors
+        zxbcdt, y2, rstd, w_c, *params = ctx.saved_tensors
         dzxbcdt, dout_w, dout_b, stacked = _core_backward(
-            dres, zxbcdt, xbc2, y2, rstd, w_c, *ctx.meta, params, ctx.stacked, ctx.spec)
+            dres, zxbcdt, y2, rstd, w_c, *ctx.meta, params, ctx.stacked, ctx.spec)
         return (dzxbcdt, dout_w, dout_b, None, None, *_unstack(stacked, params))
 
 
 # --------------------------------------------------------------- torch.compile
 # The same forward and backward as custom ops, so that Dynamo sees one opaque node
 # per call (no graph break, no tracing into Triton's launcher), AOTAutograd keeps
-# xbc2, y2 and rstd for the backward, and CUDA graphs capture the launches.
+# y2 and rstd for the backward, and CUDA graphs capture the launches.
 
 @torch.library.custom_op('mmdinomamba::mixer_core_fwd', mutates_args=())
 def _op_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
                 params: List[Tensor], d_inner: int, ngroups: int, d_state: int,
                 headdim: int, ndir: int, eps: float, has_conv_b: bool
-                ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                ) -> Tuple[Tensor, Tensor, Tensor]:
     spec = MixerSpec(d_inner, ngroups, d_state, headdim, ndir, eps)
     p = _Stacked(params, ndir, has_conv_b, headdim)
     return _core_forward(zxbcdt.contiguous(), out_w.to(zxbcdt.dtype), out_b, p, spec)
@@ -205,15 +214,13 @@ def _op_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
 def _(zxbcdt, out_w, out_b, params, d_inner, ngroups, d_state, headdim, ndir, eps,
       has_conv_b):
     batch, seqlen, _ = zxbcdt.shape
-    conv_dim = d_inner + 2 * ngroups * d_state
     return (zxbcdt.new_empty(batch, seqlen, out_w.shape[0]),
-            zxbcdt.new_empty(batch, seqlen, ndir, conv_dim),
             zxbcdt.new_empty(batch, seqlen, ndir, d_inner),
             zxbcdt.new_empty(batch * seqlen, ndir, ngroups, dtype=torch.float32))
 
 
 @torch.library.custom_op('mmdinomamba::mixer_core_bwd', mutates_args=())
-def _op_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd: Tensor,
+def _op_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
                  out_w: Tensor, has_out_b: bool, params: List[Tensor], d_inner: int,
                  ngroups: int, d_state: int, headdim: int, ndir: int, eps: float,
                  has_conv_b: bool) -> Tuple[Tensor, Tensor, Tensor, List[Tensor]]:
@@ -224,7 +231,7 @@ def _op_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd: T
     p = _Stacked(params, ndir, has_conv_b, headdim)
     zxbcdt = zxbcdt.contiguous()
     dzxbcdt, dout_w, dout_b, stacked = _core_backward(
-        dres, zxbcdt, xbc2, y2, rstd, out_w.to(zxbcdt.dtype), out_w.dtype, has_out_b,
+        dres, zxbcdt, y2, rstd, out_w.to(zxbcdt.dtype), out_w.dtype, has_out_b,
         params, p, spec)
     empty = out_w.new_empty(0)
     # the conv's weight and bias gradients are slices of one buffer: copies
@@ -233,7 +240,7 @@ def _op_backward(dres: Tensor, zxbcdt: Tensor, xbc2: Tensor, y2: Tensor, rstd: T
 
 
 @_op_backward.register_fake
-def _(dres, zxbcdt, xbc2, y2, rstd, out_w, has_out_b, params, d_inner, ngroups, d_state,
+def _(dres, zxbcdt, y2, rstd, out_w, has_out_b, params, d_inner, ngroups, d_state,
       headdim, ndir, eps, has_conv_b):
     conv_dim = d_inner + 2 * ngroups * d_state
     nheads = d_inner // headdim
@@ -249,19 +256,19 @@ def _(dres, zxbcdt, xbc2, y2, rstd, out_w, has_out_b, params, d_inner, ngroups, 
 
 def _op_setup_context(ctx, inputs, output):
     zxbcdt, out_w, out_b, params, *sizes = inputs
-    _, xbc2, y2, rstd = output
-    ctx.mark_non_differentiable(xbc2, y2, rstd)
+    _, y2, rstd = output
+    ctx.mark_non_differentiable(y2, rstd)
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(zxbcdt, xbc2, y2, rstd, out_w, *params)
+    ctx.save_for_backward(zxbcdt, y2, rstd, out_w, *params)
     ctx.has_out_b = out_b is not None
     ctx.has_conv_b = sizes[-1]
     ctx.sizes = sizes
 
 
 def _op_autograd(ctx, dres, *_):
-    zxbcdt, xbc2, y2, rstd, out_w, *params = ctx.saved_tensors
+    zxbcdt, y2, rstd, out_w, *params = ctx.saved_tensors
     dzxbcdt, dout_w, dout_b, stacked = torch.ops.mmdinomamba.mixer_core_bwd(
-        dres, zxbcdt, xbc2, y2, rstd, out_w, ctx.has_out_b, params, *ctx.sizes)
+        dres, zxbcdt, y2, rstd, out_w, ctx.has_out_b, params, *ctx.sizes)
     if not ctx.has_conv_b:
         stacked[1] = None
     return (dzxbcdt, dout_w, dout_b if ctx.has_out_b else None,
@@ -275,7 +282,7 @@ torch.library.register_autograd('mmdinomamba::mixer_core_fwd', _op_autograd,
 def mixer_core_op(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tensor:
     """:func:`mixer_core_triton` through the custom op ``mmdinomamba::mixer_core_fwd``
     (its backward ``mmdinomamba::mixer_core_bwd``): what ``torch.compile`` traces."""
-    res, _, _, _ = torch.ops.mmdinomamba.mixer_core_fwd(
+    res, _, _ = torch.ops.mmdinomamba.mixer_core_fwd(
         zxbcdt, params.out_w, params.out_b, _flat_params(params), *_spec_args(spec),
         params.conv_b is not None)
     return res

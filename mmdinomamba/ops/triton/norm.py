@@ -11,6 +11,12 @@ factor (0 or 1 / keep; 1 without drop path)::
 
     residual = s_b h + residual        (float32)
     out      = residual / sqrt(mean(residual^2) + eps) * w
+
+For the backward the add + norm keeps the float32 residual, or, when ``out`` is in
+half precision (autocast), the normalised rows ``residual / sqrt(...)`` in that
+dtype: half the bytes (a DinoVim-B DINO step keeps one per block, 1.2 GiB in fp32),
+range-safe (each entry is at most sqrt(dim) in magnitude), and rounded as the normed
+output that in_proj's weight gradient reads is.
 """
 import torch
 import triton
@@ -193,8 +199,11 @@ def _warps(blocks) -> int:
 # --------------------------------------------------------------------------- #
 @triton.jit
 def _add_norm_fwd_kernel(h_ptr, res_ptr, scale_ptr, w_ptr, res_out_ptr, out_ptr, rstd_ptr,
-                         eps, seqlen, DIM: tl.constexpr, BLOCK: tl.constexpr,
-                         HAS_RESIDUAL: tl.constexpr, HAS_SCALE: tl.constexpr):
+                         n_ptr, eps, seqlen, DIM: tl.constexpr, BLOCK: tl.constexpr,
+                         HAS_RESIDUAL: tl.constexpr, HAS_SCALE: tl.constexpr,
+                         SAVE_NORMED: tl.constexpr):
+    """SAVE_NORMED: also write ``n = x * rstd`` (before the weight) in n's dtype, for
+    the backward to read instead of the float32 residual."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < DIM
@@ -209,14 +218,19 @@ def _add_norm_fwd_kernel(h_ptr, res_ptr, scale_ptr, w_ptr, res_out_ptr, out_ptr,
     w = tl.load(w_ptr + cols, mask=mask, other=0.).to(tl.float32)
     tl.store(out_ptr + row * DIM + cols, (x * rstd * w).to(out_ptr.dtype.element_ty),
              mask=mask)
+    if SAVE_NORMED:
+        tl.store(n_ptr + row * DIM + cols, (x * rstd).to(n_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 @triton.jit
-def _add_norm_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, rstd_ptr, scale_ptr, dx_ptr,
-                         dh_ptr, dw_ptr, nrows, seqlen, DIM: tl.constexpr,
+def _add_norm_bwd_kernel(dout_ptr, dres_ptr, saved_ptr, w_ptr, rstd_ptr, scale_ptr,
+                         dx_ptr, dh_ptr, dw_ptr, nrows, seqlen, DIM: tl.constexpr,
                          BLOCK: tl.constexpr, HAS_DRES: tl.constexpr,
-                         HAS_SCALE: tl.constexpr, ROWS: tl.constexpr):
-    """dx: gradient of the residual input (float32); dh = s_b dx in h's dtype."""
+                         HAS_SCALE: tl.constexpr, SAVED_NORMED: tl.constexpr,
+                         ROWS: tl.constexpr):
+    """dx: gradient of the residual input (float32); dh = s_b dx in h's dtype.
+    ``saved`` is the float32 residual x, or with SAVED_NORMED ``n = x * rstd``."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     cmask = cols < DIM
@@ -225,10 +239,11 @@ def _add_norm_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, rstd_ptr, scale_ptr
     for i in range(0, ROWS):
         row = (pid * ROWS + i).to(tl.int64)
         mask = cmask & (row < nrows)
-        x = tl.load(res_ptr + row * DIM + cols, mask=mask, other=0.)
+        saved = tl.load(saved_ptr + row * DIM + cols, mask=mask,
+                        other=0.).to(tl.float32)
         rstd = tl.load(rstd_ptr + row, mask=row < nrows, other=0.)
         dout = tl.load(dout_ptr + row * DIM + cols, mask=mask, other=0.).to(tl.float32)
-        n = x * rstd
+        n = saved if SAVED_NORMED else saved * rstd
         dn = dout * w
         dw += dout * n
         dx = rstd * (dn - n * (tl.sum(dn * n, 0) / DIM))
@@ -253,33 +268,40 @@ class _AddRMSNorm(torch.autograd.Function):
         res_out = torch.empty(rows, dim, device=h.device, dtype=torch.float32)
         out = torch.empty(rows, dim, device=h.device, dtype=out_dtype)
         rstd = torch.empty(rows, device=h.device, dtype=torch.float32)
+        # a half-precision output (autocast): the backward reads the normalised rows
+        # in that dtype (bounded by sqrt(dim), half the bytes of the float32
+        # residual), as in_proj's weight gradient reads the normed output
+        save_normed = out_dtype in (torch.float16, torch.bfloat16)
+        normed = torch.empty_like(out) if save_normed else None
         block = triton.next_power_of_2(dim)
         launch(_add_norm_fwd_kernel)[(rows, )](
             h2, res2 if res2 is not None else h2, scale if scale is not None else rstd,
-            weight, res_out, out, rstd, eps, seqlen, DIM=dim, BLOCK=block,
-            HAS_RESIDUAL=res2 is not None, HAS_SCALE=scale is not None,
+            weight, res_out, out, rstd, normed if save_normed else rstd, eps, seqlen,
+            DIM=dim, BLOCK=block, HAS_RESIDUAL=res2 is not None,
+            HAS_SCALE=scale is not None, SAVE_NORMED=save_normed,
             num_warps=max(1, min(8, block // 256)))
-        ctx.save_for_backward(res_out, weight, rstd, scale)
-        ctx.meta = (h.dtype, residual is not None, weight.dtype, h.shape, seqlen)
+        ctx.save_for_backward(normed if save_normed else res_out, weight, rstd, scale)
+        ctx.meta = (h.dtype, residual is not None, weight.dtype, h.shape, seqlen,
+                    save_normed)
         return res_out.view(h.shape), out.view(h.shape)
 
     @staticmethod
     def backward(ctx, dres_out, dout):
-        res_out, weight, rstd, scale = ctx.saved_tensors
-        h_dtype, has_residual, w_dtype, shape, seqlen = ctx.meta
-        rows, dim = res_out.shape
-        dx = torch.empty(rows, dim, device=res_out.device, dtype=torch.float32)
-        dh = torch.empty(rows, dim, device=res_out.device, dtype=h_dtype)
+        saved, weight, rstd, scale = ctx.saved_tensors
+        h_dtype, has_residual, w_dtype, shape, seqlen, saved_normed = ctx.meta
+        rows, dim = saved.shape
+        dx = torch.empty(rows, dim, device=saved.device, dtype=torch.float32)
+        dh = torch.empty(rows, dim, device=saved.device, dtype=h_dtype)
         programs = triton.cdiv(rows, ADD_NORM_ROWS)
-        dw = torch.empty(programs, dim, device=res_out.device, dtype=torch.float32)
+        dw = torch.empty(programs, dim, device=saved.device, dtype=torch.float32)
         if dout is None:
-            dout = torch.zeros(rows, dim, device=res_out.device, dtype=torch.float32)
+            dout = torch.zeros(rows, dim, device=saved.device, dtype=torch.float32)
         block = triton.next_power_of_2(dim)
         launch(_add_norm_bwd_kernel)[(programs, )](
             dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
-            res_out, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,
+            saved, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,
             rows, seqlen, DIM=dim, BLOCK=block, HAS_DRES=dres_out is not None,
-            HAS_SCALE=scale is not None, ROWS=ADD_NORM_ROWS,
+            HAS_SCALE=scale is not None, SAVED_NORMED=saved_normed, ROWS=ADD_NORM_ROWS,
             num_warps=max(1, min(8, block // 256)))
         return (dh.view(shape), dx.view(shape) if has_residual else None,
                 dw.sum(0).to(w_dtype), None, None, None)
