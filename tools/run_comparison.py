@@ -2,14 +2,16 @@
 
     python tools/run_comparison.py [--work-dir work_dirs/compare] [--epochs 40]
         [--data-root data/toy_rich_compare] [--device cuda]
-        [--train-per-class 500] [--val-per-class 25] [--cfg-options K=V ...]
+        [--train-per-class 500] [--val-per-class 25] [--parallel]
+        [--cfg-options K=V ...]
 
 1. generates the rich toy data (12 shape-and-texture classes, 64 px, with masks;
    a no-op when it is there);
 2. DINO-pretrains the three configs of ``configs/compare/`` (ViT, DinoVim,
    LinearViT: same width, depth, data, head and schedule) through
    ``tools/train.py``, each for ``--epochs`` (the schedule follows, see
-   :func:`schedule_options`);
+   :func:`schedule_options`), one after the other or, with ``--parallel``, at the
+   same time;
 3. extracts each teacher backbone (``tools/model_converters/extract_teacher.py``);
 4. runs ``tools/analysis/compare_mixers.py`` on the three teachers and the same
    three backbones at random init, writing the report to ``<work-dir>/report``.
@@ -62,20 +64,30 @@ def schedule_options(epochs: int) -> List[str]:
     return opts
 
 
-def run_step(name: str, cmd: List[str], work_dir: str) -> float:
-    """Run ``cmd`` from the repository root, logging to ``<work_dir>/<name>.log``."""
+def start_step(name: str, cmd: List[str], work_dir: str):
+    """Start ``cmd`` from the repository root, logging to ``<work_dir>/<name>.log``."""
     log = osp.join(work_dir, f'{name}.log')
-    start = time.time()
     with open(log, 'w') as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep +
-                                       os.environ.get('PYTHONPATH', '')))
-    if proc.returncode != 0:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep +
+                                         os.environ.get('PYTHONPATH', '')))
+    return name, proc, log, time.time()
+
+
+def finish_step(step) -> float:
+    """Wait for a started step; its seconds, or exit with the end of its log."""
+    name, proc, log, start = step
+    if proc.wait() != 0:
         with open(log) as f:
             tail = f.readlines()[-30:]
         sys.exit(f'step {name!r} failed (exit status {proc.returncode}); last lines '
                  f'of {log}:\n' + ''.join(tail))
     return time.time() - start
+
+
+def run_step(name: str, cmd: List[str], work_dir: str) -> float:
+    """Run ``cmd`` from the repository root, logging to ``<work_dir>/<name>.log``."""
+    return finish_step(start_step(name, cmd, work_dir))
 
 
 def latest_checkpoint(work_dir: str) -> str:
@@ -101,6 +113,11 @@ def main(argv=None) -> None:
     parser.add_argument('--rank-images', type=int, default=4)
     parser.add_argument('--skip-train', action='store_true',
                         help='reuse the checkpoints already in the work dirs')
+    parser.add_argument('--parallel', action='store_true',
+                        help='train the models at the same time (small models on '
+                        'one GPU leave it mostly idle: each run is bound by its '
+                        "host process; give each fewer data workers, e.g. "
+                        "--cfg-options train_dataloader.num_workers=4)")
     parser.add_argument('--cfg-options', nargs='+', default=[],
                         help='key=value overrides for every training run')
     args = parser.parse_args(argv)
@@ -118,17 +135,28 @@ def main(argv=None) -> None:
                      formats=('imagenet', ), style='rich')
     print(f'[data] {data_root} [{time.time() - start:.0f} s]', flush=True)
 
+    def train(name):
+        opts = schedule_options(args.epochs) + [
+            f'train_dataloader.dataset.data_root={data_root}'] + args.cfg_options
+        return start_step(f'train_{name}', [python, 'tools/train.py', CONFIGS[name],
+                                            '--work-dir', osp.join(work_dir, name),
+                                            '--cfg-options', *opts], work_dir)
+
+    def report(step):
+        seconds = finish_step(step)
+        name = step[0][len('train_'):]
+        print(f'[train] {name}: {CONFIGS[name]} [{seconds:.0f} s]', flush=True)
+
+    if not args.skip_train:
+        if args.parallel:  # all runs side by side, then wait for each
+            for step in [train(name) for name in args.models]:
+                report(step)
+        else:
+            for name in args.models:
+                report(train(name))
     models = []
     for name in args.models:
-        run_dir = osp.join(work_dir, name)
-        if not args.skip_train:
-            opts = schedule_options(args.epochs) + [
-                f'train_dataloader.dataset.data_root={data_root}'] + args.cfg_options
-            seconds = run_step(f'train_{name}', [python, 'tools/train.py',
-                                                 CONFIGS[name], '--work-dir', run_dir,
-                                                 '--cfg-options', *opts], work_dir)
-            print(f'[train] {name}: {CONFIGS[name]} [{seconds:.0f} s]', flush=True)
-        ckpt = latest_checkpoint(run_dir)
+        ckpt = latest_checkpoint(osp.join(work_dir, name))
         teacher = osp.join(work_dir, f'{name}_teacher.pth')
         run_step(f'extract_{name}', [python, 'tools/model_converters/extract_teacher.py',
                                      ckpt, teacher], work_dir)

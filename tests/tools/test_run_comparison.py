@@ -59,7 +59,8 @@ def test_cpu_run_end_to_end(tmp_path, script):
     work = str(tmp_path / 'cmp')
     script.main(['--work-dir', work, '--data-root', str(tmp_path / 'data'),
                  '--epochs', '1', '--device', 'cpu', '--train-per-class', '2',
-                 '--val-per-class', '1', '--rank-images', '1', '--cfg-options',
+                 '--val-per-class', '1', '--rank-images', '1', '--parallel',
+                 '--cfg-options',
                  'optim_wrapper.type=PerParamClipOptimWrapper',
                  'train_dataloader.batch_size=8', 'train_dataloader.num_workers=0',
                  'train_dataloader.persistent_workers=False',
