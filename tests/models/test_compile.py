@@ -79,19 +79,28 @@ def test_compiled_cuda_runs_the_fused_mixer_as_custom_ops_and_matches_eager(mode
         got_c = [t.clone() for t in (out_c, *grads_c)]
     out_e = model(x)[0]
     got_e = [out_e, *torch.autograd.grad(out_e.pow(2).sum(), params)]
-    # the truth: the PyTorch path in float64, on the CPU
-    ref = copy.deepcopy(model).cpu().double()
-    out_r = ref(x.cpu().double())[0]
-    got_r = [out_r, *torch.autograd.grad(out_r.pow(2).sum(), list(ref.parameters()))]
+    # the truth: the PyTorch path in float64, on the CPU; and the same path in
+    # float32, whose own distance from it is what float32 can do for this model
+    # (its gradients are sums that cancel: about 1e-3 norm-relative for the class
+    # token's, whichever path computes them)
+    got_r, got_32 = (_cpu_grads(model, x, dtype) for dtype in (torch.float64,
+                                                               torch.float32))
     names = ['out'] + [n for n, _ in model.named_parameters()]
-    for name, c, e, r in zip(names, got_c, got_e, got_r):
-        # norm-relative, as tests/ops/test_ssd_triton_cuda.py: the eager fused path
-        # within its FP32_TOL (1e-4); the compiled one within 1e-3, as Inductor sums
-        # the norms and the loss in other orders (on an H200 single elements of the
-        # class token's gradient differed from eager's by 5e-5, 1.2 %); a wrong term
-        # gives ~1e-1.
-        assert rel_err(e, r) < 1e-4, (name, rel_err(e, r))
-        assert rel_err(c, r) < 1e-3, (name, rel_err(c, r))
+    for name, c, e, r, f in zip(names, got_c, got_e, got_r, got_32):
+        # eager fused and compiled (Inductor's own norms and matmuls) within 10x the
+        # float32 reference's error: float32 rounding in other orders; a wrong term
+        # gives an O(1) error
+        bound = 10 * rel_err(f, r) + 1e-5
+        assert rel_err(e, r) < bound, (name, rel_err(e, r), bound)
+        assert rel_err(c, r) < bound, (name, rel_err(c, r), bound)
+
+
+def _cpu_grads(model, x, dtype):
+    """Output and parameter gradients of a CPU copy of ``model`` (the PyTorch path)
+    in ``dtype``."""
+    ref = copy.deepcopy(model).cpu().to(dtype)
+    out = ref(x.cpu().to(dtype))[0]
+    return [out, *torch.autograd.grad(out.pow(2).sum(), list(ref.parameters()))]
 
 
 def rel_err(a, b):

@@ -1,32 +1,25 @@
-"""The fast Triton launcher: its cache key tells apart whatever Triton compiles
+"""The fast Triton launcher: its cache key tells apart exactly what Triton compiles
 differently (CPU: the key; CUDA: launches equal Triton's own path)."""
 import pytest
 import torch
 
 pytest.importorskip('triton')
-from mmdinomamba.ops.triton.launch import launch_key  # noqa: E402
+from mmdinomamba.ops.triton.launch import _arg_key  # noqa: E402
 
 
-def key(value):
-    return launch_key([value])
-
-
-def test_key_tells_apart_what_triton_specialises_on():
+def test_key_follows_tritons_specialisation():
     t = torch.zeros(64)
     # tensors: dtype and 16-byte alignment (a view 1 float in is 4 bytes off)
-    assert key(t) == key(torch.ones(8))
-    assert key(t) != key(t[1:])
-    assert key(t) != key(t.double())
-    # integers: Triton tells apart == 1, divisible by 16, 32-bit range; the key is
-    # the value, finer still
-    assert len({key(v) for v in (1, 16, 17, 2**31, 2**63)}) == 5
-    assert key(48) == key(48) and key(32) != key(48)
-    # booleans are not the integers they equal; floats are not specialised on
-    assert key(True) != key(1) and key(False) != key(0) and key(True) != key(False)
-    assert key(1e-5) == key(1e-6) and key(1.0) != key(1)
-    assert key(None) != key(0)
-    # the key of a call is the keys of its arguments, in order
-    assert launch_key([t, 16]) != launch_key([16, t])
+    assert _arg_key(t, False) == _arg_key(torch.ones(8), False)
+    assert _arg_key(t, False) != _arg_key(t[1:], False)
+    assert _arg_key(t, False) != _arg_key(t.double(), False)
+    # integers: == 1, divisible by 16, 32-bit range
+    assert _arg_key(32, False) == _arg_key(48, False)
+    assert len({_arg_key(v, False) for v in (1, 16, 17, 2**31, 2**63)}) == 5
+    assert _arg_key(3, False) == _arg_key(5, False)
+    # constexprs: the value itself
+    assert _arg_key(32, True) != _arg_key(48, True)
+    assert _arg_key(True, False) != _arg_key(False, False)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')

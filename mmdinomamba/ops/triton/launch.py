@@ -5,17 +5,14 @@ depends on: it binds the arguments, specialises each one (dtype, 16-byte alignme
 ``== 1`` and divisibility by 16 of integers), builds a cache key from them, asks the
 driver for the device and stream, then launches. A DinoVim training step makes a
 few hundred such launches, and that work is a large part of the host's time per
-step. :class:`Launcher` keeps, per kernel, the compiled kernels by a key that is
-cheap to build and at least as fine as Triton's (a tensor by its dtype and 16-byte
-alignment, every other argument by its value, floats by their type: calls Triton
-would compile differently never share a key) and launches a known one directly; an
-unknown key goes through Triton's own path once, which compiles if needed (or finds
-its own cached kernel) and launches.
+step. :class:`Launcher` keeps, per kernel, the compiled kernels by a key computed
+from the same properties of the arguments (so it tells apart exactly the calls that
+Triton would compile differently) and launches a known one directly; an unknown key
+goes through Triton's own path once, which compiles if needed and launches.
 
 Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
 Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
 """
-import functools
 import os
 from typing import Dict, Tuple
 
@@ -34,33 +31,27 @@ def fast_launch_enabled() -> bool:
 def _launch_hooks_set() -> bool:
     """Whether anything (a profiler) hooks Triton's launches: then every launch
     goes through Triton's path, which calls the hooks."""
-    runtime = _runtime_knobs()
-    if runtime is None:  # a Triton without knobs: no fast path
+    try:
+        from triton import knobs
+    except ImportError:  # a Triton without knobs: no fast path
         return True
-    hook = runtime.launch_enter_hook
+    hook = knobs.runtime.launch_enter_hook
     # a HookChain (Triton >= 3.5) is never None; it hooks when it holds calls
     return hook is not None and bool(getattr(hook, 'calls', True))
 
 
-@functools.lru_cache(maxsize=None)
-def _runtime_knobs():
-    """``triton.knobs.runtime``, or None for a Triton without knobs."""
-    try:
-        from triton import knobs
-    except ImportError:
-        return None
-    return knobs.runtime
-
-
-def launch_key(values) -> tuple:
-    """The cache key of one call's arguments (in the kernel's order): a tensor by
-    its dtype and whether its data is 16-byte aligned, a float by its type (Triton
-    does not specialise on float values), a boolean tagged as one (``True == 1``),
-    anything else (integers, None, constexprs) by its value, which is finer than
-    Triton's integer specialisation (== 1, divisibility by 16, 32-bit range)."""
-    return tuple([(v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, Tensor)
-                  else float if type(v) is float else (bool, v) if type(v) is bool
-                  else v for v in values])
+def _arg_key(value, constexpr: bool):
+    """What Triton specialises a kernel on for one argument."""
+    if constexpr:
+        return value
+    if isinstance(value, Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return type(value), value if isinstance(value, bool) else None
+    if isinstance(value, int):
+        return (value == 1, value % 16 == 0, -2**31 <= value < 2**31,
+                value >= 2**63)
+    return type(value), value
 
 
 class Launcher:
@@ -70,12 +61,10 @@ class Launcher:
         kernel: a ``@triton.jit`` function.
     """
 
-    # distinct keys kept per kernel (integer arguments vary with the input's shape)
-    MAX_KEYS = 4096
-
     def __init__(self, kernel):
         self.kernel = kernel
         self.names = list(kernel.arg_names)
+        self.constexpr = [i in set(kernel.constexprs) for i in range(len(self.names))]
         self.compiled: Dict[Tuple, object] = {}
 
     def __getitem__(self, grid):
@@ -89,12 +78,10 @@ class Launcher:
         except KeyError:  # an argument left to its default: Triton binds it
             return self.kernel[grid](*args, **kwargs)
         device = torch.cuda.current_device()
-        key = (device, launch_key(values),
-               tuple([kwargs.get(o) for o in _LAUNCH_OPTIONS]))
+        key = (device, tuple(_arg_key(v, c) for v, c in zip(values, self.constexpr)),
+               tuple(kwargs.get(o) for o in _LAUNCH_OPTIONS))
         kernel = self.compiled.get(key)
         if kernel is None:  # Triton's own path: compiles when needed, launches
-            if len(self.compiled) >= self.MAX_KEYS:
-                self.compiled.clear()
             self.compiled[key] = self.kernel[grid](*args, **kwargs)
             return self.compiled[key]
         grid = tuple(grid) + (1, 1)
