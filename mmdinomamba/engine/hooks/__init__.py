@@ -4,5 +4,5 @@ from .dino_teacher_momentum_hook import DINOTeacherMomentumHook
 from .dino_teacher_temp_hook import DINOTeacherTempHook
 from .resumable_checkpoint_hook import ResumableCheckpointHook
 
-__all__ = ['CompileModulesHook', 'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
-           'ResumableCheckpointHook']
+__all__ = ['CompileModulesHook', 'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook',
+           'DINOTeacherTempHook', 'ResumableCheckpointHook']

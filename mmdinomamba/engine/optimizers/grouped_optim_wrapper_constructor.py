@@ -6,9 +6,10 @@ in a group of its own. PyTorch's optimizers loop over groups in Python, so a ste
 of DINO with DinoVim-B (about 375 tensors, teacher excluded) makes that many
 fused-AdamW launches and reads each group's options through mmengine's
 ``ConfigDict`` (the groups are converted on the way in): in a profile of the eager
-DINO step on an H200 the optimizer step was about a seventh of the host's time. This constructor builds the same groups
-and then merges those whose options are equal, keeping the parameters' order, so
-the optimizer sees one group per setting (two for DINO: decayed and not).
+DINO step on an H200 the optimizer step was about a seventh of the host's time.
+This constructor builds the same groups and then merges those whose options are
+equal, keeping the parameters' order, so the optimizer sees one group per setting
+(two for DINO: decayed and not).
 
 The update is unchanged, parameter for parameter: AdamW is elementwise, and every
 tensor keeps its own options. Optimizer states in checkpoints written with the
