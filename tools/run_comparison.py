@@ -90,6 +90,18 @@ def run_step(name: str, cmd: List[str], work_dir: str) -> float:
     return finish_step(start_step(name, cmd, work_dir))
 
 
+def finish_all(steps) -> List[float]:
+    """Wait for started steps in order; their seconds. If one fails, the others are
+    stopped before the script exits with its log (no run is left training)."""
+    try:
+        return [finish_step(step) for step in steps]
+    finally:
+        for _, proc, _, _ in steps:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
+
+
 def latest_checkpoint(work_dir: str) -> str:
     """The highest ``epoch_N.pth`` of an mmengine work dir."""
     ckpts = sorted(glob.glob(osp.join(work_dir, 'epoch_*.pth')),
@@ -142,18 +154,17 @@ def main(argv=None) -> None:
                                             '--work-dir', osp.join(work_dir, name),
                                             '--cfg-options', *opts], work_dir)
 
-    def report(step):
-        seconds = finish_step(step)
-        name = step[0][len('train_'):]
+    def report(name, seconds):
         print(f'[train] {name}: {CONFIGS[name]} [{seconds:.0f} s]', flush=True)
 
     if not args.skip_train:
-        if args.parallel:  # all runs side by side, then wait for each
-            for step in [train(name) for name in args.models]:
-                report(step)
+        if args.parallel:  # all runs side by side
+            for name, seconds in zip(args.models,
+                                     finish_all([train(n) for n in args.models])):
+                report(name, seconds)
         else:
             for name in args.models:
-                report(train(name))
+                report(name, finish_step(train(name)))
     models = []
     for name in args.models:
         ckpt = latest_checkpoint(osp.join(work_dir, name))

@@ -54,6 +54,20 @@ def test_schedule_options_end_every_schedule_with_the_run(script, epochs):
         script.schedule_options(0)
 
 
+def test_a_failed_parallel_run_stops_the_others(tmp_path, script):
+    """--parallel: when one run fails, the script exits with its log and no other
+    run is left going."""
+    import sys
+    slow = script.start_step('slow', [sys.executable, '-c', 'import time; time.sleep(60)'],
+                             str(tmp_path))
+    bad = script.start_step('bad', [sys.executable, '-c',
+                                    'import sys; print("boom"); sys.exit(3)'],
+                            str(tmp_path))
+    with pytest.raises(SystemExit, match=r"(?s)'bad' failed \(exit status 3\).*boom"):
+        script.finish_all([bad, slow])
+    assert slow[1].poll() is not None  # stopped, not left running
+
+
 def test_cpu_run_end_to_end(tmp_path, script):
     pytest.importorskip('mmpretrain')
     work = str(tmp_path / 'cmp')
