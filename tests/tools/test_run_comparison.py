@@ -58,8 +58,8 @@ def test_a_failed_parallel_run_stops_the_others(tmp_path, script):
     """--parallel: when one run fails, the script exits with its log and no other
     run is left going."""
     import sys
-    slow = script.start_step('slow', [sys.executable, '-c', 'import time; time.sleep(60)'],
-                             str(tmp_path))
+    slow = script.start_step('slow', [sys.executable, '-c',
+                                      'import time; time.sleep(60)'], str(tmp_path))
     bad = script.start_step('bad', [sys.executable, '-c',
                                     'import sys; print("boom"); sys.exit(3)'],
                             str(tmp_path))
