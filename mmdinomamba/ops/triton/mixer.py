@@ -15,7 +15,8 @@ the norm's rstd, and recomputes the rest. The conv output (both directions, twic
 the size of xBC: a third of what a layer would otherwise keep) is written again by
 one conv pass at the start of the backward, and the norm's output by the
 gated-norm backward just before ``out_proj``'s weight gradient needs it. Each costs
-one memory-bound pass (docs/benchmark.md, "Memory", has the measured peaks).
+one memory-bound pass (docs/benchmark.md, "Memory and host time of the eager DINO
+step", has the measured peaks).
 
 The per-direction parameters enter the function as the module holds them and are
 stacked inside it, where autograd records nothing; their gradients leave as views
@@ -91,6 +92,13 @@ def _spec_args(spec: MixerSpec) -> tuple:
     return spec.d_inner, spec.ngroups, spec.d_state, spec.headdim, spec.ndir, spec.eps
 
 
+def _conv(xBC: Tensor, p: _Stacked, spec: MixerSpec) -> Tensor:
+    """Both directions' conv + SiLU: (batch, seqlen, ndir, conv_dim), xBC's dtype."""
+    batch, seqlen, _ = xBC.shape
+    return conv_forward(xBC, p.conv_w, p.conv_b,
+                        xBC.new_empty(batch, seqlen, spec.ndir, spec.conv_dim))
+
+
 def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stacked,
                   spec: MixerSpec):
     """The forward: the result (batch, seqlen, dim) and what the backward reads
@@ -110,13 +118,6 @@ def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stac
     b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
     res = torch.nn.functional.linear(out, w_c, b_c)
     return res, y2, rstd
-
-
-def _conv(xBC: Tensor, p: _Stacked, spec: MixerSpec) -> Tensor:
-    """Both directions' conv + SiLU: (batch, seqlen, ndir, conv_dim), xBC's dtype."""
-    batch, seqlen, _ = xBC.shape
-    return conv_forward(xBC, p.conv_w, p.conv_b,
-                        xBC.new_empty(batch, seqlen, spec.ndir, spec.conv_dim))
 
 
 def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
