@@ -25,7 +25,7 @@ class DINO(BaseSelfSupervisor):
     first, as :class:`~mmdinomamba.datasets.transforms.DINOMultiCrop` packs them):
 
     1. the teacher moves towards the current student weights (EMA, below);
-    2. the teacher, in eval mode and without gradients, embeds the global views;
+    2. the teacher, without gradients, embeds the global views;
     3. the student embeds every view, views of one resolution in one batch;
     4. :class:`DINOLoss` compares every (teacher global view, other student view)
        pair and updates its centre.
@@ -38,13 +38,21 @@ class DINO(BaseSelfSupervisor):
 
     Step 1 runs at the start of each training forward, i.e. right after the
     previous optimizer step: it is the paper's "update the teacher after the
-    student step", so iteration 0 starts from teacher == student. Floating
-    buffers (e.g. BatchNorm statistics of ``use_bn`` heads) are copied from the
-    student, because the teacher stays in eval mode and never updates its own.
-    Under DDP they are first averaged over the processes (mmengine's DDP wrapper
-    does not broadcast buffers, and SyncBatchNorm needs a GPU), so every process
-    keeps the same teacher; for running means this equals the running mean of
-    the whole batch.
+    student step", so iteration 0 starts from teacher == student. The EMA moves
+    parameters only.
+
+    Teacher mode: the official code builds its teacher without stochastic depth
+    and runs it in train mode. Here the teacher is a copy of the student, so it is
+    kept in eval mode (no drop path, no dropout) except for its BatchNorm layers
+    (e.g. of ``use_bn`` heads), which train with the student: they normalise with
+    the statistics of the teacher's own batch and keep their own running
+    statistics, as the official teacher's do. (With running statistics instead, a
+    new model whose features of different images are nearly parallel gives a
+    nearly uniform teacher after centring: no signal to learn from.) Under DDP
+    the batch statistics are each process's own batch (the official code syncs
+    them with SyncBatchNorm, which needs a GPU); after each teacher forward the
+    running statistics are averaged over the processes, so that every process
+    keeps the same teacher.
 
     Args:
         backbone (dict): student backbone config; its output tuple's last item
@@ -80,7 +88,7 @@ class DINO(BaseSelfSupervisor):
         self.loss_module = MODELS.build(loss)
         self.teacher = copy.deepcopy(self._student())
         self.teacher.requires_grad_(False)
-        self.teacher.eval()
+        self.train(self.training)
 
     # ----------------------------------------------------------------- teacher
     def _student(self) -> nn.ModuleDict:
@@ -101,9 +109,13 @@ class DINO(BaseSelfSupervisor):
         self._teacher_momentum = float(value)
 
     def train(self, mode: bool = True):
-        """Switch the student; the teacher always stays in eval mode."""
+        """Switch the student; the teacher stays in eval mode but for its
+        BatchNorm layers, which follow ``mode`` (see the class docstring)."""
         super().train(mode)
         self.teacher.eval()
+        for module in self.teacher.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.train(mode)
         return self
 
     def init_weights(self):
@@ -120,12 +132,16 @@ class DINO(BaseSelfSupervisor):
         # multi-tensor ops: the same two operations per tensor, a few launches in all
         torch._foreach_mul_(teacher, m)
         torch._foreach_add_(teacher, [student[n].detach() for n in names], alpha=1.0 - m)
-        student_buffers = dict(self._student().named_buffers())
-        for name, t in self.teacher.named_buffers():
-            if t.is_floating_point():
-                buf = student_buffers[name]
-                dist.all_reduce(buf, op='mean')  # no-op in one process
-                t.copy_(buf)
+
+    @torch.no_grad()
+    def _sync_teacher_buffers(self) -> None:
+        """Average the teacher's floating buffers (BatchNorm running statistics)
+        over the processes; nothing to do in one process."""
+        if dist.get_world_size() == 1:
+            return
+        for buf in self.teacher.buffers():
+            if buf.is_floating_point():
+                dist.all_reduce(buf, op='mean')
 
     # ----------------------------------------------------------------- forward
     @staticmethod
@@ -172,5 +188,6 @@ class DINO(BaseSelfSupervisor):
             self.update_teacher()
         with torch.no_grad():
             teacher_logits = self._embed(self.teacher, global_views)
+            self._sync_teacher_buffers()
         student_logits = self._embed(self._student(), inputs)
         return dict(loss=self.loss_module(student_logits, teacher_logits))

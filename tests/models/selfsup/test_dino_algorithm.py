@@ -61,6 +61,51 @@ def test_teacher_has_no_gradients_and_stays_in_eval():
                for p in model.backbone.parameters())
 
 
+def bn_dino(**kwargs):
+    return tiny_dino(
+        head=dict(type='DINOHead', in_channels=32, out_channels=K, hidden_channels=64,
+                  bottleneck_channels=16, use_bn=True), **kwargs)
+
+
+def test_teacher_batchnorm_uses_batch_statistics_in_training():
+    """As the official teacher (which runs in train mode), the teacher's BatchNorm
+    layers normalise with the batch's own statistics while training, and with
+    their running statistics in eval mode; the rest of the teacher (drop path)
+    stays in eval mode."""
+    torch.manual_seed(0)
+    model = bn_dino(backbone=dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=2),
+                                  img_size=32, patch_size=8, drop_path_rate=0.5,
+                                  mixer_cfg=dict(d_state=16, headdim=16)))
+    model.init_weights()
+    bns = [m for m in model.teacher.modules()
+           if isinstance(m, torch.nn.BatchNorm1d)]
+    assert bns and all(m.training for m in bns)
+    assert not model.teacher['backbone'].training
+    views = model.data_preprocessor(batch(n=4), True)['inputs'][:2]
+    with torch.no_grad():
+        got = model._embed(model.teacher, views)
+        again = model._embed(model.teacher, views)
+        # an independent evaluation: the features, then the head's layers by hand,
+        # BatchNorm from the batch's mean and biased variance
+        feats = model.teacher['backbone'](torch.cat(views))[-1]
+        x = feats
+        for layer in model.teacher['head'].mlp:
+            if isinstance(layer, torch.nn.BatchNorm1d):
+                mean, var = x.mean(0), x.var(0, unbiased=False)
+                x = (x - mean) / torch.sqrt(var + layer.eps) * layer.weight + layer.bias
+            else:
+                x = layer(x)
+        want = model.teacher['head'].last_layer(torch.nn.functional.normalize(x, dim=-1))
+    # no drop path in the teacher: the same output twice (drop_path_rate=0.5)
+    assert torch.equal(got, again)
+    assert torch.allclose(got.view(-1, K), want, atol=1e-5)
+    model.eval()
+    assert not any(m.training for m in bns)
+    with torch.no_grad():
+        frozen = model._embed(model.teacher, views)
+    assert not torch.allclose(frozen, got, atol=1e-3)  # running statistics now
+
+
 def test_teacher_moves_by_the_ema_rule_every_step():
     torch.manual_seed(0)
     model = tiny_dino()
