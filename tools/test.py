@@ -12,7 +12,7 @@ from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types, setup_cpu_distributed,
-                                setup_cpu_threads)
+                                setup_cpu_threads, teardown_distributed)
 
 
 def parse_args():
@@ -55,6 +55,7 @@ def main():
         from mmdinomamba.engine import dump_atomic
         dump_atomic(metrics, args.out)
         runner.logger.info(f'metrics written to {args.out}')
+    teardown_distributed()  # every process done, then the group goes
 
 
 if __name__ == '__main__':

@@ -18,7 +18,7 @@ import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types,
                                 check_pretrained_checkpoints, check_resume_checkpoint,
                                 find_resume_checkpoint, setup_cpu_distributed,
-                                setup_cpu_threads)
+                                setup_cpu_threads, teardown_distributed)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 # --amp: each optimizer wrapper and its mixed-precision twin
@@ -98,6 +98,7 @@ def main():
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)
     runner.train()
+    teardown_distributed()  # every process done, then the group goes
 
 
 if __name__ == '__main__':

@@ -1,7 +1,8 @@
 from .checkpoint import (allow_mmengine_checkpoint_types, check_resume_checkpoint,
                          dump_atomic, find_resume_checkpoint, save_atomic, write_atomic)
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
-from .distributed import CPUDistributedDataParallel, setup_cpu_distributed
+from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
+                          teardown_distributed)
 from .hooks import (CompileModulesHook, DINOFreezeLastLayerHook, DINOTeacherMomentumHook,
                     DINOTeacherTempHook, ResumableCheckpointHook)
 from .optimizers import (GroupedOptimWrapperConstructor, LayerDecayOptimWrapperConstructor,
@@ -18,4 +19,4 @@ __all__ = ['CPUDistributedDataParallel', 'CompileModulesHook', 'DINOFreezeLastLa
            'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
            'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
            'get_rng_state', 'save_atomic', 'set_rng_state', 'setup_cpu_distributed',
-           'setup_cpu_threads', 'write_atomic']
+           'setup_cpu_threads', 'teardown_distributed', 'write_atomic']

@@ -60,6 +60,17 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     return True
 
 
+def teardown_distributed() -> None:
+    """End a distributed job cleanly: wait for every process, then destroy the
+    process group. Without it, a gloo process may exit while its communication
+    threads are still joinable, which aborts it (``terminate called without an
+    active exception``, exit status -6) after a run that finished. Does nothing
+    without a process group."""
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.barrier()
+        torch_dist.destroy_process_group()
+
+
 class CPUDistributedDataParallel(MMDistributedDataParallel):
     """mmengine's DDP wrapper for CPU modules: SyncBN layers become BN first.
 

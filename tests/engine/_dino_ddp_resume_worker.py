@@ -18,7 +18,7 @@ sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import tiny_dino_config  # noqa: E402
 
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types,  # noqa: E402
-                                setup_cpu_distributed)
+                                setup_cpu_distributed, teardown_distributed)
 
 
 WRAPPER = {}  # the CPU DDP wrapper made with the process group, for the later runs
@@ -55,6 +55,7 @@ def main():
     run(data_root, work_dir, 'half', hooks=[StopAfterFirstEpoch()])
     run(data_root, work_dir, 'resumed',
         resume_from=osp.join(work_dir, 'half', 'epoch_1.pth'))
+    teardown_distributed()
 
 
 if __name__ == '__main__':

@@ -10,7 +10,8 @@ from mmengine.runner import Runner
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import tiny_dino_config  # noqa: E402
 
-from mmdinomamba.engine import save_atomic, setup_cpu_distributed  # noqa: E402
+from mmdinomamba.engine import (save_atomic, setup_cpu_distributed,  # noqa: E402
+                                teardown_distributed)
 
 
 def main():
@@ -26,6 +27,7 @@ def main():
                      teacher=model.teacher.state_dict(), iter=runner.iter,
                      world_size=runner.world_size),
                 osp.join(work_dir, f'state_rank{runner.rank}.pth'))
+    teardown_distributed()
 
 
 if __name__ == '__main__':

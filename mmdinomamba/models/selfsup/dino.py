@@ -139,9 +139,13 @@ class DINO(BaseSelfSupervisor):
         over the processes; nothing to do in one process."""
         if dist.get_world_size() == 1:
             return
-        for buf in self.teacher.buffers():
-            if buf.is_floating_point():
-                dist.all_reduce(buf, op='mean')
+        buffers = [b for b in self.teacher.buffers() if b.is_floating_point()]
+        if not buffers:
+            return
+        flat = torch.cat([b.reshape(-1) for b in buffers])  # one collective for all
+        dist.all_reduce(flat, op='mean')
+        for buf, part in zip(buffers, flat.split([b.numel() for b in buffers])):
+            buf.copy_(part.view_as(buf))
 
     # ----------------------------------------------------------------- forward
     @staticmethod
