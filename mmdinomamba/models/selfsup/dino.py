@@ -136,16 +136,11 @@ class DINO(BaseSelfSupervisor):
     @torch.no_grad()
     def _sync_teacher_buffers(self) -> None:
         """Average the teacher's floating buffers (BatchNorm running statistics)
-        over the processes; nothing to do in one process."""
-        if dist.get_world_size() == 1:
-            return
-        buffers = [b for b in self.teacher.buffers() if b.is_floating_point()]
-        if not buffers:
-            return
-        flat = torch.cat([b.reshape(-1) for b in buffers])  # one collective for all
-        dist.all_reduce(flat, op='mean')
-        for buf, part in zip(buffers, flat.split([b.numel() for b in buffers])):
-            buf.copy_(part.view_as(buf))
+        over the processes (coalesced, one collective); nothing to do in one
+        process."""
+        if dist.get_world_size() > 1:
+            dist.all_reduce_params(
+                [b for b in self.teacher.buffers() if b.is_floating_point()], op='mean')
 
     # ----------------------------------------------------------------- forward
     @staticmethod
