@@ -4,7 +4,7 @@ import pytest
 import torch
 
 pytest.importorskip('triton')
-from mmdinomamba.ops.triton.launch import _arg_key  # noqa: E402
+from mmdinomamba.ops.triton.launch import Launcher, _arg_key  # noqa: E402
 
 
 def test_key_follows_tritons_specialisation():
@@ -20,6 +20,21 @@ def test_key_follows_tritons_specialisation():
     # constexprs: the value itself
     assert _arg_key(32, True) != _arg_key(48, True)
     assert _arg_key(True, False) != _arg_key(False, False)
+
+
+class _FakeKernel:
+    """What :class:`Launcher` reads of a jitted kernel: names and constexpr indices."""
+    arg_names = [f'a{i}' for i in range(11)]
+    constexprs = [8, 9]
+
+
+def test_launcher_key_equals_the_per_argument_definition():
+    t = torch.zeros(64)
+    values = [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, None, 7, 2**63]
+    key = Launcher(_FakeKernel()).key(0, values, dict(num_warps=4))
+    expected = tuple(_arg_key(v, i in _FakeKernel.constexprs)
+                     for i, v in enumerate(values))
+    assert key == (0, *expected, 4, None, None, None)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')

@@ -40,8 +40,12 @@ def _launch_hooks_set() -> bool:
     return hook is not None and bool(getattr(hook, 'calls', True))
 
 
+_I32 = 2**31
+
+
 def _arg_key(value, constexpr: bool):
-    """What Triton specialises a kernel on for one argument."""
+    """What Triton specialises a kernel on for one argument (the slow twin of the
+    loop in :meth:`Launcher.key`, which must agree with it)."""
     if constexpr:
         return value
     if isinstance(value, Tensor):
@@ -70,6 +74,25 @@ class Launcher:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
+    def key(self, device: int, values: list, kwargs: dict) -> tuple:
+        """The compiled kernel's key: :func:`_arg_key` of every argument, written
+        out for the common types (a function call per argument costs as much as
+        the launch itself)."""
+        key = [device]
+        add = key.append
+        for v, c in zip(values, self.constexpr):
+            if c:
+                add(v)
+            elif type(v) is int:
+                add((v == 1, v % 16 == 0, -_I32 <= v < _I32, v >= 2**63))
+            elif isinstance(v, Tensor):
+                add((v.dtype, v.data_ptr() % 16 == 0))
+            else:
+                add(_arg_key(v, False))
+        for o in _LAUNCH_OPTIONS:
+            add(kwargs.get(o))
+        return tuple(key)
+
     def launch(self, grid, args, kwargs):
         if _launch_hooks_set():
             return self.kernel[grid](*args, **kwargs)  # a profiler's hooks see every launch
@@ -78,8 +101,7 @@ class Launcher:
         except KeyError:  # an argument left to its default: Triton binds it
             return self.kernel[grid](*args, **kwargs)
         device = torch.cuda.current_device()
-        key = (device, tuple(_arg_key(v, c) for v, c in zip(values, self.constexpr)),
-               tuple(kwargs.get(o) for o in _LAUNCH_OPTIONS))
+        key = self.key(device, values, kwargs)
         kernel = self.compiled.get(key)
         if kernel is None:  # Triton's own path: compiles when needed, launches
             self.compiled[key] = self.kernel[grid](*args, **kwargs)

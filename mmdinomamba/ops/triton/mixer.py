@@ -61,20 +61,28 @@ def _split_xbc(xbc2: Tensor, spec: MixerSpec):
 
 class _Stacked:
     """One call's per-direction parameters stacked on a leading direction axis, in
-    the float32 layout the kernels read (a few KB; the backward reuses them)."""
+    the float32 layout the kernels read (a few KB; the backward reuses them).
+
+    All of them are copied by one ``torch.cat`` into one buffer, of which the
+    fields are views: a launch and a dozen small tensors fewer per call than
+    stacking each kind (the host's work per call is what an eager step waits on).
+    """
 
     def __init__(self, params: List[Tensor], ndir: int, has_conv_b: bool,
                  headdim: int):
-        it = iter(params)
-        conv_w = [next(it) for _ in range(ndir)]
-        conv_b = [next(it) for _ in range(ndir)] if has_conv_b else None
-        dt_bias, A_log, D, norm_w = ([next(it) for _ in range(ndir)] for _ in range(4))
-        self.conv_w = torch.stack([w.flatten(1) for w in conv_w]).float()
-        self.conv_b = torch.stack(conv_b).float() if has_conv_b else None
-        self.dt_bias = torch.cat(dt_bias).float()
-        self.A = -torch.exp(torch.cat(A_log).float())
-        self.D = torch.cat(D).float()[:, None].expand(-1, headdim).contiguous()
-        self.norm_w = torch.stack(norm_w).float()
+        kinds = 6 if has_conv_b else 5
+        flat = torch.cat([t.reshape(-1) for t in params])
+        if flat.dtype != torch.float32:
+            flat = flat.float()
+        sizes = [sum(params[i].numel() for i in range(k * ndir, (k + 1) * ndir))
+                 for k in range(kinds)]
+        parts = list(flat.split(sizes))
+        self.conv_w = parts.pop(0).view(ndir, -1, params[0].shape[-1])
+        self.conv_b = parts.pop(0).view(ndir, -1) if has_conv_b else None
+        self.dt_bias, A_log, D, norm_w = parts
+        self.A = torch.exp(A_log).neg_()
+        self.D = D[:, None].expand(-1, headdim).contiguous()
+        self.norm_w = norm_w.view(ndir, -1)
 
     def scan_args(self, xbc2: Tensor, dt: Tensor, spec: MixerSpec,
                   chunk: int) -> ScanArgs:
@@ -146,11 +154,15 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     dout_b = dres2.sum(0, dtype=torch.float32).to(out_w_dtype) if has_out_b else None
 
     dxbc2 = torch.empty_like(xbc2)
-    dx_out, dB_out, dC_out = _split_xbc(dxbc2, spec)
-    dB, dC, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
-                                               dD_per_slot=True)
-    sum_heads(dB, ndir, spec.ngroups, out=dB_out)
-    sum_heads(dC, ndir, spec.ngroups, out=dC_out)
+    dx_out = _split_xbc(dxbc2, spec)[0]
+    dBC = xbc2.new_empty(2, batch, seqlen, args.nslots, spec.d_state)
+    _, _, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
+                                             dD_per_slot=True, dBC=dBC)
+    # dB and dC summed over each group's heads in one reduction, into the gradient
+    # of the conv output: its [B, C] columns viewed as (2, batch, seqlen, ndir, G, N)
+    G, N = spec.ngroups, spec.d_state
+    sum_heads(dBC, ndir, G, out=dxbc2[..., di:].view(batch, seqlen, ndir, 2, G, N)
+              .permute(3, 0, 1, 2, 4, 5))
     ddt_raw.copy_(ddt.view(batch, seqlen, ndir, -1).sum(2))
     dconv_w, dconv_b = conv_backward(xBC, p.conv_w, p.conv_b, dxbc2, dxBC)
     dA_log = dA * p.A

@@ -18,6 +18,8 @@ dtype: half the bytes (a DinoVim-B DINO step keeps one per block, 1.2 GiB in fp3
 range-safe (each entry is at most sqrt(dim) in magnitude), and rounded as the normed
 output that in_proj's weight gradient reads is.
 """
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -136,7 +138,9 @@ def _gated_norm_bwd_kernel(dout_ptr, y_ptr, z_ptr, w_ptr, rstd_ptr, dy_ptr, dz_p
         tl.store(dw_ptr + (pid * NDIR + 1) * DIM + cols, dw1, mask=cmask)
 
 
+@functools.lru_cache(maxsize=None)
 def _norm_blocks(dim: int, ngroups: int):
+    """The gated norms' compile-time sizes (one shared dict per size: read only)."""
     group = dim // ngroups
     return dict(DIM=dim, GROUP=group, NGROUPS=ngroups,
                 BLOCK_G=triton.next_power_of_2(ngroups),

@@ -211,7 +211,8 @@ def state_buffers(args: ScanArgs) -> Tuple[Tensor, Tensor]:
 def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
                   states_warps: int = 4, maxnreg=None, states_maxnreg='auto',
                   dD_per_slot: bool = False,
-                  states: Optional[Tuple[Tensor, Tensor]] = None):
+                  states: Optional[Tuple[Tensor, Tensor]] = None,
+                  dBC: Optional[Tensor] = None):
     """Run the backward kernels: the two state sweeps, then every chunk in parallel.
 
     Args:
@@ -228,6 +229,10 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         states (tuple, optional): the ``(hin, dout)`` work buffers of
             :func:`state_buffers` to use (their contents do not matter); None
             allocates them.
+        dBC (Tensor, optional): a (2, batch, seqlen, slots, dstate) buffer in x's
+            dtype to write ``dB`` and ``dC`` into (they are returned as its two
+            halves), so that one reduction sums both over the heads; None
+            allocates one.
 
     Returns:
         tuple: ``dB``, ``dC`` (batch, seqlen, slots, dstate) in x's dtype, per
@@ -243,16 +248,17 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
     carry = torch.empty(batch, nslots, nchunks, **kw)
     # per-slot partials in x's dtype: summed over heads (in fp32) into a gradient
     # of that dtype anyway, and half the bytes of fp32 for bf16 inputs
-    dB = torch.empty(batch, seqlen, nslots, args.dstate, device=args.x.device,
-                     dtype=args.x.dtype)
-    dC = torch.empty_like(dB)
+    if dBC is None:
+        dBC = torch.empty(2, batch, seqlen, nslots, args.dstate, device=args.x.device,
+                          dtype=args.x.dtype)
+    dB, dC = dBC
     ddt = torch.empty(batch, seqlen, nslots, **kw)
     dA = torch.empty(nslots, batch * nchunks, **kw)
     dbias = torch.empty_like(dA)
     dD = torch.empty(nslots, batch * nchunks, args.headdim, **kw) \
         if args.D is not None else None
     inputs = dict(args.inputs(), dy_ptr=dy, hin_ptr=hin, dout_ptr=dout, carry_ptr=carry,
-                  nchunks=nchunks, **strides('y', dy[..., 0]))
+                  nchunks=nchunks, **strides('y', dy))
     if states_maxnreg == 'auto':
         states_maxnreg = occupancy_maxnreg(nslots * batch, dy.device)
     launch(_ssd_bwd_states_kernel)[(nslots, batch)](
@@ -265,7 +271,7 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
     full = seqlen // chunk if tail < chunk else nchunks
     outputs = dict(D_ptr=args.D_ptr(), dx_ptr=dx, dB_ptr=dB, dC_ptr=dC, ddt_ptr=ddt,
                    dA_ptr=dA, dbias_ptr=dbias, dD_ptr=dD if dD is not None else dA,
-                   chunk_len=chunk, **strides('g', dx[..., 0]))
+                   chunk_len=chunk, **strides('g', dx))
     for first, count, tile in ((0, full, chunk), (full, nchunks - full, tail)):
         if count:
             launch(_ssd_bwd_chunk_kernel)[(nslots, batch, count)](
@@ -278,12 +284,13 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
 
 
 def sum_heads(partials: Tensor, ndir: int, ngroups: int, out=None) -> Tensor:
-    """(batch, seqlen, slots, dstate) -> (batch, seqlen, ndir, ngroups, dstate),
-    accumulated in float32; written into ``out`` (any strides, e.g. a slice of a
-    gradient buffer) in its dtype if given, else returned in float32."""
-    batch, seqlen, nslots, dstate = partials.shape
-    heads = partials.view(batch, seqlen, ndir, ngroups, nslots // (ndir * ngroups),
-                          dstate)
+    """(..., batch, seqlen, slots, dstate) -> (..., batch, seqlen, ndir, ngroups,
+    dstate), accumulated in float32; written into ``out`` (any strides, e.g. a
+    slice of a gradient buffer) in its dtype if given, else returned in float32.
+    A leading axis (the ``dBC`` pair of :func:`scan_backward`) sums in the same
+    reduction."""
+    *lead, nslots, dstate = partials.shape
+    heads = partials.view(*lead, ndir, ngroups, nslots // (ndir * ngroups), dstate)
     if out is None:
-        return heads.sum(4, dtype=torch.float32)
-    return torch.sum(heads, 4, dtype=out.dtype, out=out)
+        return heads.sum(-2, dtype=torch.float32)
+    return torch.sum(heads, -2, dtype=out.dtype, out=out)

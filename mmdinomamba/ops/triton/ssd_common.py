@@ -161,9 +161,19 @@ def default_backward_chunk(seqlen: int) -> int:
     return min(64, block(seqlen))
 
 
+_SM_COUNTS: Dict[int, int] = {}
+
+
 def sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count \
-        if device.type == 'cuda' else 8
+    """Multiprocessors of a CUDA device (8 elsewhere); asked once per device."""
+    if device.type != 'cuda':
+        return 8
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _SM_COUNTS.get(index)
+    if count is None:
+        count = _SM_COUNTS[index] = torch.cuda.get_device_properties(
+            index).multi_processor_count
+    return count
 
 
 # Register cap per thread of the serial-over-chunks kernels (forward scan, state
@@ -181,13 +191,19 @@ def occupancy_maxnreg(programs: int, device: torch.device) -> Optional[int]:
     return None
 
 
+_STRIDE_NAMES: Dict[tuple, tuple] = {}
+
+
 def strides(name: str, t: Tensor, last: str = 'h') -> Dict[str, int]:
-    """The kernels' stride arguments of ``t``, a tensor called ``name`` without its
-    dense last axis: ``s_<name>b, s_<name>l, s_<name>d, s_<name><last>`` (image,
-    token, direction, head; ``last='g'`` for a group), or ``s_<name>b, s_<name>l,
-    s_<name>h`` for a 3-d ``t`` (dt)."""
-    axes = ('b', 'l', 'h') if t.dim() == 3 else ('b', 'l', 'd', last)
-    return {f's_{name}{a}': t.stride(i) for i, a in enumerate(axes)}
+    """The kernels' stride arguments of ``t``, a 5-d tensor called ``name`` whose
+    last axis is dense (not passed): ``s_<name>b, s_<name>l, s_<name>d,
+    s_<name><last>`` (image, token, direction, head; ``last='g'`` for a group), or
+    ``s_<name>b, s_<name>l, s_<name>h`` for a 3-d ``t`` (dt)."""
+    keys = _STRIDE_NAMES.get((name, last, t.dim()))
+    if keys is None:
+        axes = ('b', 'l', 'h') if t.dim() == 3 else ('b', 'l', 'd', last)
+        keys = _STRIDE_NAMES[name, last, t.dim()] = tuple(f's_{name}{a}' for a in axes)
+    return dict(zip(keys, t.stride()))
 
 
 class ScanArgs:
@@ -217,22 +233,30 @@ class ScanArgs:
         self.chunk = chunk
         self.nslots = self.ndir * self.nheads
         self.nchunks = triton.cdiv(self.seqlen, chunk)
+        self._inputs = self._constexprs = None
 
     def inputs(self) -> Dict[str, object]:
-        """Pointer, size and stride arguments every scan kernel takes, by name."""
-        return dict(x_ptr=self.x, B_ptr=self.B, C_ptr=self.C, dt_ptr=self.dt,
-                    dt_bias_ptr=self.dt_bias, A_ptr=self.A,
-                    seqlen=self.seqlen, nheads=self.nheads,
-                    heads_per_group=self.nheads // self.ngroups, nslots=self.nslots,
-                    **strides('x', self.x[..., 0]), **strides('B', self.B[..., 0], 'g'),
-                    **strides('C', self.C[..., 0], 'g'), **strides('t', self.dt))
+        """Pointer, size and stride arguments every scan kernel takes, by name (one
+        dict per call, shared by its launches: do not modify it)."""
+        if self._inputs is None:
+            self._inputs = dict(
+                x_ptr=self.x, B_ptr=self.B, C_ptr=self.C, dt_ptr=self.dt,
+                dt_bias_ptr=self.dt_bias, A_ptr=self.A, seqlen=self.seqlen,
+                nheads=self.nheads, heads_per_group=self.nheads // self.ngroups,
+                nslots=self.nslots, **strides('x', self.x), **strides('B', self.B, 'g'),
+                **strides('C', self.C, 'g'), **strides('t', self.dt))
+        return self._inputs
 
     def D_ptr(self) -> Tensor:
         """D, or any tensor when there is none (the kernels do not read it then)."""
         return self.D if self.D is not None else self.A
 
     def constexprs(self) -> Dict[str, object]:
-        return dict(HEADDIM=self.headdim, DSTATE=self.dstate, CHUNK=self.chunk,
-                    BLOCK_P=block(self.headdim), BLOCK_N=block(self.dstate),
-                    DT_SOFTPLUS=self.dt_softplus, HAS_D=self.D is not None,
-                    DOT_PREC=dot_precision(self.x.dtype))
+        """The kernels' compile-time arguments (shared: copy before changing)."""
+        if self._constexprs is None:
+            self._constexprs = dict(
+                HEADDIM=self.headdim, DSTATE=self.dstate, CHUNK=self.chunk,
+                BLOCK_P=block(self.headdim), BLOCK_N=block(self.dstate),
+                DT_SOFTPLUS=self.dt_softplus, HAS_D=self.D is not None,
+                DOT_PREC=dot_precision(self.x.dtype))
+        return self._constexprs

@@ -104,7 +104,7 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 
     Returns:
         Tensor: ``y``.
     """
-    const = args.constexprs()
+    const = dict(args.constexprs())
     p_blocks = p_blocks or default_p_blocks(args)
     if p_blocks & (p_blocks - 1) or const['BLOCK_P'] // p_blocks < 16:
         raise ValueError(f'scan_forward: p_blocks must be a power of two leaving at '
@@ -114,6 +114,6 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 
     if maxnreg == 'auto':
         maxnreg = occupancy_maxnreg(grid[0] * grid[1], y.device)
     launch(_ssd_fwd_kernel)[grid](**args.inputs(), D_ptr=args.D_ptr(), y_ptr=y,
-                          **strides('y', y[..., 0]), num_warps=num_warps,
+                          **strides('y', y), num_warps=num_warps,
                           maxnreg=maxnreg, **const)
     return y
