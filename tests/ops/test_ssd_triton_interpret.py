@@ -13,8 +13,10 @@ import os
 import os.path as osp
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 pytest.importorskip('triton')
 
@@ -179,6 +181,14 @@ args32 = ScanArgs(x32, xbc[..., 64:80].view(1, 70, 2, 1, 16),
                   torch.randn(8, 32), True, 16)
 ys = [scan_forward(args32, torch.empty_like(x32), p_blocks=n) for n in (1, 2)]
 errors['pblocks2.y'] = rel(ys[1], ys[0])
+# four channel blocks of 16 (what default_p_blocks picks for 64-wide heads on a grid
+# of few programs: 1024 px at batch 4)
+x64 = torch.randn(1, 70, 2, 4, 64)
+args64 = ScanArgs(x64, xbc[..., 64:80].view(1, 70, 2, 1, 16),
+                  xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8,
+                  torch.randn(8, 64), True, 32)
+ys = [scan_forward(args64, torch.empty_like(x64), p_blocks=n) for n in (1, 4)]
+errors['pblocks4.y'] = rel(ys[1], ys[0])
 dy = torch.randn(1, 70, 2, 4, 16)
 outs = []
 for chunk in (16, 32):
@@ -207,7 +217,7 @@ def test_triton_kernels_in_interpreter():
     expected = {'scan.y', 'scan.dz', 'scan.dA', 'scan.dD', 'mixer.y', 'mixer.du',
                 'mixer.dA_log_b', 'mixer.dconv1d_b.weight', 'mixer.dnorm_b.weight',
                 'mixer.din_proj.weight', 'addnorm.out', 'addnorm.dweight',
-                'pblocks2.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
+                'pblocks2.y', 'pblocks4.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
                 'conv.out', 'conv.dx', 'conv.dw', 'conv.db', 'extreme_dt.finite',
                 'extreme_dt.y'}
     assert expected <= set(errors), sorted(errors)
@@ -291,3 +301,21 @@ def test_mixer_custom_op_in_interpreter():
         assert errors[name] < TOL, errors
     for name in ('op.eager_bits', 'compiled.eager_bits'):
         assert errors[name] == 0.0, errors
+
+
+def test_forward_splits_channels_only_for_grids_of_few_programs(monkeypatch):
+    """default_p_blocks: one channel block where (slot, image) programs fill the GPU
+    (224 px training batches), up to four 16-wide blocks where they do not."""
+    from mmdinomamba.ops.triton import ssd_fwd
+    monkeypatch.setattr(ssd_fwd, 'sm_count', lambda device: 132)
+
+    def p_blocks(batch, nslots, headdim):
+        args = SimpleNamespace(batch=batch, nslots=nslots, headdim=headdim,
+                               x=SimpleNamespace(device=torch.device('cuda')))
+        return ssd_fwd.default_p_blocks(args)
+
+    assert p_blocks(128, 48, 64) == 1  # DinoVim-B, 224 px, batch 128
+    assert p_blocks(4, 48, 64) == 4  # 1024 px, batch 4: 192 programs -> 768
+    assert p_blocks(8, 48, 64) == 2  # 384 programs -> 768 >= 4 x 132
+    assert p_blocks(4, 48, 32) == 2  # a 32-wide head holds two 16-wide blocks
+    assert p_blocks(1, 2, 16) == 1  # a 16-wide head cannot be split

@@ -79,12 +79,24 @@ def _ssd_fwd_kernel(
             tl.trans((xdt * to_end[:, None]).to(x.dtype)), Bt, input_precision=DOT_PREC)
 
 
+# Programs per multiprocessor the forward's grid is split up to (by channel blocks):
+# each program walks its whole sequence serially, so a grid of a few programs per
+# multiprocessor (long sequences at small batches: 1024 px, batch 4) leaves each one
+# waiting on its memory latency
+FWD_PROGRAMS_PER_SM = 4
+
+
 def default_p_blocks(args: ScanArgs) -> int:
-    """Channel blocks per head: 2 when even two programs per (slot, image) leave
-    multiprocessors idle, else 1 (each block recomputes ``C B^T``)."""
-    if 2 * args.batch * args.nslots > sm_count(args.x.device):
-        return 1
-    return max(1, min(2, block(args.headdim) // 16))
+    """Channel blocks per head: the fewest (a power of two leaving at least 16
+    channels each) that give :data:`FWD_PROGRAMS_PER_SM` programs per
+    multiprocessor, or as many as the head allows (each block recomputes
+    ``C B^T``)."""
+    programs, most = args.batch * args.nslots, max(1, block(args.headdim) // 16)
+    target = FWD_PROGRAMS_PER_SM * sm_count(args.x.device)
+    p_blocks = 1
+    while p_blocks < most and programs * p_blocks < target:
+        p_blocks *= 2
+    return p_blocks
 
 
 def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 0,
