@@ -175,20 +175,15 @@ def scan_args(chunk):
                     xbc[..., 64:80].view(1, 70, 2, 1, 16),
                     xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8, D8, True, chunk)
 bias8, A8, D8 = torch.randn(8), -torch.rand(8) * 4, torch.randn(8, 16)
-x32 = torch.randn(1, 70, 2, 4, 32)
-args32 = ScanArgs(x32, xbc[..., 64:80].view(1, 70, 2, 1, 16),
-                  xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8,
-                  torch.randn(8, 32), True, 16)
-ys = [scan_forward(args32, torch.empty_like(x32), p_blocks=n) for n in (1, 2)]
-errors['pblocks2.y'] = rel(ys[1], ys[0])
-# four channel blocks of 16 (what default_p_blocks picks for 64-wide heads on a grid
-# of few programs: 1024 px at batch 4)
-x64 = torch.randn(1, 70, 2, 4, 64)
-args64 = ScanArgs(x64, xbc[..., 64:80].view(1, 70, 2, 1, 16),
-                  xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8,
-                  torch.randn(8, 64), True, 32)
-ys = [scan_forward(args64, torch.empty_like(x64), p_blocks=n) for n in (1, 4)]
-errors['pblocks4.y'] = rel(ys[1], ys[0])
+# two channel blocks of 32-wide heads (chunk 16); four of 64-wide heads (chunk 32),
+# what default_p_blocks picks for a grid of few programs (1024 px at batch 4)
+for headdim, blocks, chunk in ((32, 2, 16), (64, 4, 32)):
+    xp = torch.randn(1, 70, 2, 4, headdim)
+    argsp = ScanArgs(xp, xbc[..., 64:80].view(1, 70, 2, 1, 16),
+                     xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8,
+                     torch.randn(8, headdim), True, chunk)
+    ys = [scan_forward(argsp, torch.empty_like(xp), p_blocks=n) for n in (1, blocks)]
+    errors[f'pblocks{blocks}.y'] = rel(ys[1], ys[0])
 dy = torch.randn(1, 70, 2, 4, 16)
 outs = []
 for chunk in (16, 32):
