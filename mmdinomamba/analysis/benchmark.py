@@ -583,12 +583,17 @@ def run_kernel(backends: Sequence[str], batch: int, seqlen: int, nheads: int,
 # --------------------------------------------------------------------------- #
 def profile_model(spec: dict, img_size: int, batch: int, device: torch.device,
                   amp: Optional[torch.dtype], step: str, warmup: int,
-                  iters: int) -> List[dict]:
+                  iters: int, host: bool = False) -> List[dict]:
     """Where one step's time goes, per kernel (CUDA) or per operator (CPU).
 
     Runs ``warmup`` steps, then profiles ``iters`` steps with ``torch.profiler``:
-    on CUDA the device time of each kernel, on the CPU the self time of each
-    operator. Returns rows ``name, ms_per_step, calls_per_step``, largest first.
+    on CUDA the device time of each kernel, on the CPU (or with ``host``, on any
+    device) the host's self time of each operator and autograd function (an
+    autograd function's self time is the Python it runs around its operators and
+    kernel launches: what an eager step waits on when the host is the limit).
+    The profiler's own overhead inflates host times; compare rows with each other,
+    not with unprofiled timings. Returns rows ``name, ms_per_step,
+    calls_per_step``, largest first.
     """
     from torch.profiler import ProfilerActivity, profile
     if step not in ('infer', 'train'):
@@ -599,7 +604,7 @@ def profile_model(spec: dict, img_size: int, batch: int, device: torch.device,
     for _ in range(warmup):
         fn()
     synchronize(device)
-    cuda = device.type == 'cuda'
+    cuda = device.type == 'cuda' and not host
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         for _ in range(iters):
             fn()

@@ -77,7 +77,7 @@ def test_profile_mode_splits_a_step_by_operator(tool, tmp_path):
         data = tool.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
                            '--iters', '2', '--out', str(out), 'profile', '--model',
                            'tiny-test', '--size', '32', '--batch', '2', '--step', 'train',
-                           '--top', '5'])
+                           '--top', '5', '--host'])
     finally:
         del bench.MODELS['tiny-test']
     rows = data['rows']
@@ -87,7 +87,8 @@ def test_profile_mode_splits_a_step_by_operator(tool, tmp_path):
     # a training step: the projections' matrix products, their backward, AdamW
     assert any('mm' in n for n in names), sorted(names)[:20]
     assert any('Backward' in n or 'backward' in n for n in names)
-    assert json.loads(out.read_text())['settings']['step'] == 'train'
+    settings = json.loads(out.read_text())['settings']
+    assert settings['step'] == 'train' and settings['host'] is True
     with pytest.raises(ValueError, match="step must be 'infer' or 'train'"):
         bench.profile_model(TINY, 32, 1, torch.device('cpu'), None, 'eval', 0, 1)
 

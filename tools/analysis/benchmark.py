@@ -85,6 +85,9 @@ def parse_args(argv=None):
     p.add_argument('--batch', type=int, default=128)
     p.add_argument('--step', choices=['infer', 'train'], default='train')
     p.add_argument('--top', type=int, default=20, help='rows to print')
+    p.add_argument('--host', action='store_true',
+                   help="the host's self time per operator and autograd function "
+                        '(on CUDA: instead of the time per kernel)')
     return parser.parse_args(argv)
 
 
@@ -128,9 +131,9 @@ def main(argv=None) -> dict:
         print(format_dino_table(rows, baseline))
     elif args.mode == 'profile':
         result['settings'].update(model=args.model, size=args.size, batch=args.batch,
-                                  step=args.step)
+                                  step=args.step, host=args.host)
         rows = profile_model(MODELS[args.model], args.size, args.batch, device, amp,
-                             args.step, args.warmup, args.iters)
+                             args.step, args.warmup, args.iters, host=args.host)
         result['rows'] = rows
         print(format_profile(rows, args.top))
     else:
