@@ -78,25 +78,28 @@ errors['scan.y'] = rel(y, y_ref)
 for name, a, b in zip('x dt A B C D dt_bias z'.split(), g, g_ref):
     errors['scan.d' + name] = rel(a, b)
 
-# bidirectional mixer: fused core vs the reference path of the same module
-mixer = SSDMixer(32, d_state=16, headdim=16, chunk_size=16, bias=True).double()
-with torch.no_grad():
-    for name, p in mixer.named_parameters():
-        if 'norm' in name or name.startswith('D'):
-            p.add_(torch.randn_like(p) * 0.3)
-u = torch.randn(2, 21, 32, dtype=torch.float64, requires_grad=True)
-params = [u] + list(mixer.parameters())
-y_ref = mixer(u)
-dy = torch.randn_like(y_ref)
-g_ref = torch.autograd.grad(y_ref, params, dy)
-mixer.float()
-u32 = u.detach().float().requires_grad_()
-y = mixer_core_triton(mixer.in_proj(u32), mixer.core_params(), mixer.spec)
-g = torch.autograd.grad(y, [u32] + list(mixer.parameters()), dy.float())
-errors['mixer.y'] = rel(y, y_ref)
-names = ['u'] + [n for n, _ in mixer.named_parameters()]
-for name, a, b in zip(names, g, g_ref):
-    errors['mixer.d' + name] = rel(a, b)
+# bidirectional mixer: fused core vs the reference path of the same module, with
+# and without the conv's bias
+for key, conv_bias in (('mixer', True), ('mixer_nobias', False)):
+    mixer = SSDMixer(32, d_state=16, headdim=16, chunk_size=16, bias=True,
+                     conv_bias=conv_bias).double()
+    with torch.no_grad():
+        for name, p in mixer.named_parameters():
+            if 'norm' in name or name.startswith('D'):
+                p.add_(torch.randn_like(p) * 0.3)
+    u = torch.randn(2, 21, 32, dtype=torch.float64, requires_grad=True)
+    params = [u] + list(mixer.parameters())
+    y_ref = mixer(u)
+    dy = torch.randn_like(y_ref)
+    g_ref = torch.autograd.grad(y_ref, params, dy)
+    mixer.float()
+    u32 = u.detach().float().requires_grad_()
+    y = mixer_core_triton(mixer.in_proj(u32), mixer.core_params(), mixer.spec)
+    g = torch.autograd.grad(y, [u32] + list(mixer.parameters()), dy.float())
+    errors[key + '.y'] = rel(y, y_ref)
+    names = ['u'] + [n for n, _ in mixer.named_parameters()]
+    for name, a, b in zip(names, g, g_ref):
+        errors[key + '.d' + name] = rel(a, b)
 
 # residual add + RMSNorm
 h = torch.randn(3, 5, 40, requires_grad=True)
@@ -211,7 +214,8 @@ def test_triton_kernels_in_interpreter():
     errors = run_in_interpreter(SCRIPT)
     expected = {'scan.y', 'scan.dz', 'scan.dA', 'scan.dD', 'mixer.y', 'mixer.du',
                 'mixer.dA_log_b', 'mixer.dconv1d_b.weight', 'mixer.dnorm_b.weight',
-                'mixer.din_proj.weight', 'addnorm.out', 'addnorm.dweight',
+                'mixer.din_proj.weight', 'mixer_nobias.y', 'mixer_nobias.dA_log_b',
+                'mixer_nobias.dconv1d_b.weight', 'addnorm.out', 'addnorm.dweight',
                 'pblocks2.y', 'pblocks4.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
                 'conv.out', 'conv.dx', 'conv.dw', 'conv.db', 'extreme_dt.finite',
                 'extreme_dt.y'}
