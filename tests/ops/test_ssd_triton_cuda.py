@@ -323,6 +323,26 @@ def test_scan_work_splits_do_not_change_result():
             assert rel(a, b) < FP32_TOL
 
 
+def test_four_channel_blocks_equal_one_for_64_wide_heads():
+    """The split default_p_blocks picks for grids of few programs (1024 px at batch
+    4): four 16-wide channel blocks per 64-wide head give the one-block result up
+    to fp32 rounding (bf16 inputs, DinoVim-B's state size)."""
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs
+    from mmdinomamba.ops.triton.ssd_fwd import default_p_blocks, scan_forward
+    torch.manual_seed(0)
+    batch, seqlen, nheads, hd, N = 1, 1025, 4, 64, 64
+    bf = dict(device='cuda', dtype=torch.bfloat16)
+    x = torch.randn(batch, seqlen, 2, nheads, hd, **bf)
+    B, C = (torch.randn(batch, seqlen, 2, 1, N, **bf) for _ in range(2))
+    raw = torch.randn(batch, seqlen, nheads, device='cuda') - 1
+    args = ScanArgs(x, B, C, raw, torch.randn(2 * nheads, device='cuda'),
+                    -torch.rand(2 * nheads, device='cuda') * 8,
+                    torch.randn(2 * nheads, hd, device='cuda'), True, 32)
+    assert default_p_blocks(args) == 4  # 8 programs: far below 4 per multiprocessor
+    ys = [scan_forward(args, torch.empty_like(x), p_blocks=n) for n in (1, 4)]
+    assert rel(ys[1].float(), ys[0].float()) < 1e-2  # bf16 outputs: unit roundoff 2^-8
+
+
 @pytest.mark.parametrize('cap', [128, 168])
 def test_register_caps_do_not_change_result(cap):
     """Capping registers (the default for big grids, :func:`occupancy_maxnreg`)
