@@ -53,8 +53,7 @@ def _arg_key(value, constexpr: bool):
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return type(value), value if isinstance(value, bool) else None
     if isinstance(value, int):
-        return (value == 1, value % 16 == 0, -2**31 <= value < 2**31,
-                value >= 2**63)
+        return (value == 1, value % 16 == 0, -_I32 <= value < _I32, value >= 2**63)
     return type(value), value
 
 

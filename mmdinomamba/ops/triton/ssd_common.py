@@ -191,19 +191,13 @@ def occupancy_maxnreg(programs: int, device: torch.device) -> Optional[int]:
     return None
 
 
-_STRIDE_NAMES: Dict[tuple, tuple] = {}
-
-
 def strides(name: str, t: Tensor, last: str = 'h') -> Dict[str, int]:
     """The kernels' stride arguments of ``t``, a 5-d tensor called ``name`` whose
     last axis is dense (not passed): ``s_<name>b, s_<name>l, s_<name>d,
     s_<name><last>`` (image, token, direction, head; ``last='g'`` for a group), or
     ``s_<name>b, s_<name>l, s_<name>h`` for a 3-d ``t`` (dt)."""
-    keys = _STRIDE_NAMES.get((name, last, t.dim()))
-    if keys is None:
-        axes = ('b', 'l', 'h') if t.dim() == 3 else ('b', 'l', 'd', last)
-        keys = _STRIDE_NAMES[name, last, t.dim()] = tuple(f's_{name}{a}' for a in axes)
-    return dict(zip(keys, t.stride()))
+    axes = ('b', 'l', 'h') if t.dim() == 3 else ('b', 'l', 'd', last)
+    return {f's_{name}{a}': s for a, s in zip(axes, t.stride())}
 
 
 class ScanArgs:
