@@ -4,7 +4,10 @@ import pytest
 import torch
 
 pytest.importorskip('triton')
-from mmdinomamba.ops.triton.launch import Launcher, _arg_key  # noqa: E402
+import triton  # noqa: E402
+
+from mmdinomamba.ops.triton.launch import (Launcher, _arg_key, cdiv,  # noqa: E402
+                                           next_power_of_2)
 
 
 def test_key_follows_tritons_specialisation():
@@ -20,6 +23,13 @@ def test_key_follows_tritons_specialisation():
     # constexprs: the value itself
     assert _arg_key(32, True) != _arg_key(48, True)
     assert _arg_key(True, False) != _arg_key(False, False)
+
+
+def test_host_grid_arithmetic_equals_tritons():
+    for n in range(1, 300):
+        assert next_power_of_2(n) == triton.next_power_of_2(n), n
+        for d in (1, 2, 16, 32, 64, 97):
+            assert cdiv(n, d) == triton.cdiv(n, d), (n, d)
 
 
 class _FakeKernel:

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import launch
+from .launch import cdiv, launch
 
 Tensor = torch.Tensor
 
@@ -248,7 +248,7 @@ def row_align(element_size: int, *strides: int) -> int:
 
 
 def _grid(batch, seqlen, dim, block_t):
-    return (triton.cdiv(dim, BLOCK_C), batch, triton.cdiv(seqlen, block_t))
+    return (cdiv(dim, BLOCK_C), batch, cdiv(seqlen, block_t))
 
 
 def _layout(x: Tensor, *others: Tensor):

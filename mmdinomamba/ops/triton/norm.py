@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import launch
+from .launch import cdiv, next_power_of_2, launch
 
 from .conv import row_align
 
@@ -143,8 +143,8 @@ def _norm_blocks(dim: int, ngroups: int):
     """The gated norms' compile-time sizes (one shared dict per size: read only)."""
     group = dim // ngroups
     return dict(DIM=dim, GROUP=group, NGROUPS=ngroups,
-                BLOCK_G=triton.next_power_of_2(ngroups),
-                BLOCK_S=triton.next_power_of_2(group))
+                BLOCK_G=next_power_of_2(ngroups),
+                BLOCK_S=next_power_of_2(group))
 
 
 def gated_norm_forward(y: Tensor, z: Tensor, weight: Tensor, eps: float, ngroups: int,
@@ -181,7 +181,7 @@ def gated_norm_backward(dout: Tensor, y: Tensor, z: Tensor, weight: Tensor,
     rows, ndir, dim = y.shape
     ngroups = rstd.shape[-1]
     blocks = _norm_blocks(dim, ngroups)
-    programs = triton.cdiv(rows, GATED_NORM_ROWS)
+    programs = cdiv(rows, GATED_NORM_ROWS)
     dw = torch.empty(programs, ndir, dim, device=y.device, dtype=torch.float32)
     strides = (dout.stride(0), y.stride(0), y.stride(1), z.stride(0), dz.stride(0),
                out.stride(0) if out is not None else dz.stride(0))
@@ -277,7 +277,7 @@ class _AddRMSNorm(torch.autograd.Function):
         # residual), as in_proj's weight gradient reads the normed output
         save_normed = out_dtype in (torch.float16, torch.bfloat16)
         normed = torch.empty_like(out) if save_normed else None
-        block = triton.next_power_of_2(dim)
+        block = next_power_of_2(dim)
         launch(_add_norm_fwd_kernel)[(rows, )](
             h2, res2 if res2 is not None else h2, scale if scale is not None else rstd,
             weight, res_out, out, rstd, normed if save_normed else rstd, eps, seqlen,
@@ -296,11 +296,11 @@ class _AddRMSNorm(torch.autograd.Function):
         rows, dim = saved.shape
         dx = torch.empty(rows, dim, device=saved.device, dtype=torch.float32)
         dh = torch.empty(rows, dim, device=saved.device, dtype=h_dtype)
-        programs = triton.cdiv(rows, ADD_NORM_ROWS)
+        programs = cdiv(rows, ADD_NORM_ROWS)
         dw = torch.empty(programs, dim, device=saved.device, dtype=torch.float32)
         if dout is None:
             dout = torch.zeros(rows, dim, device=saved.device, dtype=torch.float32)
-        block = triton.next_power_of_2(dim)
+        block = next_power_of_2(dim)
         launch(_add_norm_bwd_kernel)[(programs, )](
             dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
             saved, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,

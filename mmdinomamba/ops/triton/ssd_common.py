@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import cdiv, next_power_of_2
+
 Tensor = torch.Tensor
 
 # exp(-104) is below float32's smallest subnormal: a token decaying by more than this
@@ -140,7 +142,7 @@ def _tile_offsets(p0, CHUNK: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.co
 # --------------------------------------------------------------------------- #
 def block(n: int) -> int:
     """The power-of-two tile (at least 16) that holds ``n``."""
-    return max(16, triton.next_power_of_2(n))
+    return max(16, next_power_of_2(n))
 
 
 def dot_precision(dtype: torch.dtype) -> str:
@@ -226,7 +228,7 @@ class ScanArgs:
         self.dt_softplus = dt_softplus
         self.chunk = chunk
         self.nslots = self.ndir * self.nheads
-        self.nchunks = triton.cdiv(self.seqlen, chunk)
+        self.nchunks = cdiv(self.seqlen, chunk)
         self._inputs = self._constexprs = None
 
     def inputs(self) -> Dict[str, object]:
