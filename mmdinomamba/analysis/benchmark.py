@@ -598,7 +598,9 @@ def profile_model(spec: dict, img_size: int, batch: int, device: torch.device,
     from torch.profiler import ProfilerActivity, profile
     if step not in ('infer', 'train'):
         raise ValueError(f"benchmark: step must be 'infer' or 'train', got {step!r}")
-    model = build_model(spec, img_size).to(device).train(step == 'train')
+    model = build_model(spec, img_size)
+    model.to(device)  # mmpretrain's ViT returns None from .to()
+    model.train(step == 'train')
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     fn = _steps(model, x, device, amp, graph=False)[step == 'train']
     for _ in range(warmup):
