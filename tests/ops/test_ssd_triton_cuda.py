@@ -324,11 +324,11 @@ def test_scan_work_splits_do_not_change_result():
 
 
 def test_four_channel_blocks_equal_one_for_64_wide_heads():
-    """The split default_p_blocks picks for grids of few programs (1024 px at batch
-    4): four 16-wide channel blocks per 64-wide head give the one-block result up
-    to fp32 rounding (bf16 inputs, DinoVim-B's state size)."""
+    """Four 16-wide channel blocks per 64-wide head (``scan_forward(p_blocks=4)``)
+    give the one-block result up to rounding (bf16 inputs, DinoVim-B's state
+    size)."""
     from mmdinomamba.ops.triton.ssd_common import ScanArgs
-    from mmdinomamba.ops.triton.ssd_fwd import default_p_blocks, scan_forward
+    from mmdinomamba.ops.triton.ssd_fwd import scan_forward
     torch.manual_seed(0)
     batch, seqlen, nheads, hd, N = 1, 1025, 4, 64, 64
     bf = dict(device='cuda', dtype=torch.bfloat16)
@@ -338,9 +338,32 @@ def test_four_channel_blocks_equal_one_for_64_wide_heads():
     args = ScanArgs(x, B, C, raw, torch.randn(2 * nheads, device='cuda'),
                     -torch.rand(2 * nheads, device='cuda') * 8,
                     torch.randn(2 * nheads, hd, device='cuda'), True, 32)
-    assert default_p_blocks(args) == 4  # 8 programs: far below 4 per multiprocessor
     ys = [scan_forward(args, torch.empty_like(x), p_blocks=n) for n in (1, 4)]
     assert rel(ys[1].float(), ys[0].float()) < 1e-2  # bf16 outputs: unit roundoff 2^-8
+
+
+def test_segments_equal_one_uncut_scan_for_a_long_sequence():
+    """The forward cut into segments (what default_segments picks at 1024 px for
+    small batches, and an odd cut whose last segment is short) gives the uncut
+    scan's result up to rounding (bf16 inputs, DinoVim-B's head and state sizes,
+    with four channel blocks too)."""
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs
+    from mmdinomamba.ops.triton.ssd_fwd import default_segments, scan_forward
+    torch.manual_seed(0)
+    batch, seqlen, nheads, hd, N = 1, 4098, 4, 64, 64
+    bf = dict(device='cuda', dtype=torch.bfloat16)
+    x = torch.randn(batch, seqlen, 2, nheads, hd, **bf)
+    B, C = (torch.randn(batch, seqlen, 2, 1, N, **bf) for _ in range(2))
+    # small steps, so that the state carries across segments (129 chunks of 32)
+    raw = torch.randn(batch, seqlen, nheads, device='cuda') - 4
+    args = ScanArgs(x, B, C, raw, torch.randn(2 * nheads, device='cuda'),
+                    -torch.rand(2 * nheads, device='cuda'),
+                    torch.randn(2 * nheads, hd, device='cuda'), True, 32)
+    assert default_segments(args, 4) == 8
+    ys = [scan_forward(args, torch.empty_like(x), p_blocks=4, segments=n)
+          for n in (1, 8, 5)]
+    for y in ys[1:]:
+        assert rel(y.float(), ys[0].float()) < 1e-2  # bf16 outputs: 2^-8
 
 
 @pytest.mark.parametrize('cap', [128, 168])

@@ -178,8 +178,7 @@ def scan_args(chunk):
                     xbc[..., 64:80].view(1, 70, 2, 1, 16),
                     xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A8, D8, True, chunk)
 bias8, A8, D8 = torch.randn(8), -torch.rand(8) * 4, torch.randn(8, 16)
-# two channel blocks of 32-wide heads (chunk 16); four of 64-wide heads (chunk 32),
-# what default_p_blocks picks for a grid of few programs (1024 px at batch 4)
+# two channel blocks of 32-wide heads (chunk 16); four of 64-wide heads (chunk 32)
 for headdim, blocks, chunk in ((32, 2, 16), (64, 4, 32)):
     xp = torch.randn(1, 70, 2, 4, headdim)
     argsp = ScanArgs(xp, xbc[..., 64:80].view(1, 70, 2, 1, 16),
@@ -187,6 +186,13 @@ for headdim, blocks, chunk in ((32, 2, 16), (64, 4, 32)):
                      torch.randn(8, headdim), True, chunk)
     ys = [scan_forward(argsp, torch.empty_like(xp), p_blocks=n) for n in (1, blocks)]
     errors[f'pblocks{blocks}.y'] = rel(ys[1], ys[0])
+    # the sequence cut into segments (5 chunks of 16: 2 segments of 3 and 2 chunks,
+    # 3 of 2, 2, 1, one per chunk), with the channel blocks
+    if chunk == 16:
+        for segments in (2, 3, 5):
+            ys_seg = scan_forward(argsp, torch.empty_like(xp), p_blocks=blocks,
+                                  segments=segments)
+            errors[f'segments{segments}.y'] = rel(ys_seg, ys[0])
 dy = torch.randn(1, 70, 2, 4, 16)
 outs = []
 for chunk in (16, 32):
@@ -207,6 +213,13 @@ ye = ssd_triton(xe, dte, Ae, Be, Ce)
 ye_ref = ssd_ref(xe.double(), dte.double(), Ae.double(), Be.double(), Ce.double())
 errors['extreme_dt.finite'] = 0.0 if bool(ye.isfinite().all()) else 1.0
 errors['extreme_dt.y'] = rel(ye, ye_ref)
+# the same cut into segments, as default_segments cuts it when chunks are allowed
+# to be segments (2 segments of the 3 chunks: the carried state crosses 1e36 steps)
+from mmdinomamba.ops.triton import ssd_fwd
+ssd_fwd.FWD_MIN_SEGMENT_CHUNKS = 1
+ye_seg = ssd_triton(xe, dte, Ae, Be, Ce)
+errors['extreme_dt_segments.finite'] = 0.0 if bool(ye_seg.isfinite().all()) else 1.0
+errors['extreme_dt_segments.y'] = rel(ye_seg, ye_ref)
 '''
 
 
@@ -216,7 +229,9 @@ def test_triton_kernels_in_interpreter():
                 'mixer.dA_log_b', 'mixer.dconv1d_b.weight', 'mixer.dnorm_b.weight',
                 'mixer.din_proj.weight', 'mixer_nobias.y', 'mixer_nobias.dA_log_b',
                 'mixer_nobias.dconv1d_b.weight', 'addnorm.out', 'addnorm.dweight',
-                'pblocks2.y', 'pblocks4.y', 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
+                'pblocks2.y', 'pblocks4.y', 'segments2.y', 'segments3.y',
+                'segments5.y', 'extreme_dt_segments.finite', 'extreme_dt_segments.y',
+                'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
                 'conv.out', 'conv.dx', 'conv.dw', 'conv.db', 'extreme_dt.finite',
                 'extreme_dt.y'}
     assert expected <= set(errors), sorted(errors)
@@ -302,19 +317,21 @@ def test_mixer_custom_op_in_interpreter():
         assert errors[name] == 0.0, errors
 
 
-def test_forward_splits_channels_only_for_grids_of_few_programs(monkeypatch):
-    """default_p_blocks: one channel block where (slot, image) programs fill the GPU
-    (224 px training batches), up to four 16-wide blocks where they do not."""
+def test_forward_segments_only_for_long_sequences_at_small_batches(monkeypatch):
+    """default_segments: one segment for training batches and for 1024 px at batch
+    4 (their grids hold more than one program per multiprocessor), more at batch 1,
+    never one of fewer than 8 chunks."""
     from mmdinomamba.ops.triton import ssd_fwd
     monkeypatch.setattr(ssd_fwd, 'sm_count', lambda device: 132)
 
-    def p_blocks(batch, nslots, headdim):
-        args = SimpleNamespace(batch=batch, nslots=nslots, headdim=headdim,
+    def segments(batch, nslots, nchunks, p_blocks=1):
+        args = SimpleNamespace(batch=batch, nslots=nslots, nchunks=nchunks,
                                x=SimpleNamespace(device=torch.device('cuda')))
-        return ssd_fwd.default_p_blocks(args)
+        return ssd_fwd.default_segments(args, p_blocks)
 
-    assert p_blocks(128, 48, 64) == 1  # DinoVim-B, 224 px, batch 128
-    assert p_blocks(4, 48, 64) == 4  # 1024 px, batch 4: 192 programs -> 768
-    assert p_blocks(8, 48, 64) == 2  # 384 programs -> 768 >= 4 x 132
-    assert p_blocks(4, 48, 32) == 2  # a 32-wide head holds two 16-wide blocks
-    assert p_blocks(1, 2, 16) == 1  # a 16-wide head cannot be split
+    assert segments(128, 48, 7) == 1  # DinoVim-B, 224 px, batch 128
+    assert segments(4, 48, 129) == 1  # 1024 px, batch 4: 192 programs
+    assert segments(1, 48, 129) == 4  # batch 1: 48 programs -> 192 (<= 2 x 132)
+    assert segments(1, 48, 129, p_blocks=4) == 1  # channel blocks count as programs
+    assert segments(1, 48, 15) == 1  # two segments of 15 chunks: 7.5 < 8 each
+    assert segments(1, 48, 24) == 2  # 2 of 12 chunks; 4 of 6 would be too short
