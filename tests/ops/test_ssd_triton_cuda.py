@@ -323,22 +323,29 @@ def test_scan_work_splits_do_not_change_result():
             assert rel(a, b) < FP32_TOL
 
 
+def _long_bf16_scan(seqlen, dt_shift, A_max, device='cuda'):
+    """A bidirectional scan of one image as DinoVim-B's heads and states (4 heads of
+    64, state 64, one group, bf16 inputs, chunk 32): raw steps ``randn + dt_shift``,
+    ``A`` uniform in (-A_max, 0), seeded."""
+    from mmdinomamba.ops.triton.ssd_common import ScanArgs
+    torch.manual_seed(0)
+    batch, nheads, hd, N = 1, 4, 64, 64
+    bf = dict(device=device, dtype=torch.bfloat16)
+    x = torch.randn(batch, seqlen, 2, nheads, hd, **bf)
+    B, C = (torch.randn(batch, seqlen, 2, 1, N, **bf) for _ in range(2))
+    raw = torch.randn(batch, seqlen, nheads, device=device) + dt_shift
+    return ScanArgs(x, B, C, raw, torch.randn(2 * nheads, device=device),
+                    -torch.rand(2 * nheads, device=device) * A_max,
+                    torch.randn(2 * nheads, hd, device=device), True, 32)
+
+
 def test_four_channel_blocks_equal_one_for_64_wide_heads():
     """Four 16-wide channel blocks per 64-wide head (``scan_forward(p_blocks=4)``)
     give the one-block result up to rounding (bf16 inputs, DinoVim-B's state
     size)."""
-    from mmdinomamba.ops.triton.ssd_common import ScanArgs
     from mmdinomamba.ops.triton.ssd_fwd import scan_forward
-    torch.manual_seed(0)
-    batch, seqlen, nheads, hd, N = 1, 1025, 4, 64, 64
-    bf = dict(device='cuda', dtype=torch.bfloat16)
-    x = torch.randn(batch, seqlen, 2, nheads, hd, **bf)
-    B, C = (torch.randn(batch, seqlen, 2, 1, N, **bf) for _ in range(2))
-    raw = torch.randn(batch, seqlen, nheads, device='cuda') - 1
-    args = ScanArgs(x, B, C, raw, torch.randn(2 * nheads, device='cuda'),
-                    -torch.rand(2 * nheads, device='cuda') * 8,
-                    torch.randn(2 * nheads, hd, device='cuda'), True, 32)
-    ys = [scan_forward(args, torch.empty_like(x), p_blocks=n) for n in (1, 4)]
+    args = _long_bf16_scan(1025, dt_shift=-1, A_max=8)
+    ys = [scan_forward(args, torch.empty_like(args.x), p_blocks=n) for n in (1, 4)]
     assert rel(ys[1].float(), ys[0].float()) < 1e-2  # bf16 outputs: unit roundoff 2^-8
 
 
@@ -347,20 +354,11 @@ def test_segments_equal_one_uncut_scan_for_a_long_sequence():
     small batches, and an odd cut whose last segment is short) gives the uncut
     scan's result up to rounding (bf16 inputs, DinoVim-B's head and state sizes,
     with four channel blocks too)."""
-    from mmdinomamba.ops.triton.ssd_common import ScanArgs
     from mmdinomamba.ops.triton.ssd_fwd import default_segments, scan_forward
-    torch.manual_seed(0)
-    batch, seqlen, nheads, hd, N = 1, 4098, 4, 64, 64
-    bf = dict(device='cuda', dtype=torch.bfloat16)
-    x = torch.randn(batch, seqlen, 2, nheads, hd, **bf)
-    B, C = (torch.randn(batch, seqlen, 2, 1, N, **bf) for _ in range(2))
     # small steps, so that the state carries across segments (129 chunks of 32)
-    raw = torch.randn(batch, seqlen, nheads, device='cuda') - 4
-    args = ScanArgs(x, B, C, raw, torch.randn(2 * nheads, device='cuda'),
-                    -torch.rand(2 * nheads, device='cuda'),
-                    torch.randn(2 * nheads, hd, device='cuda'), True, 32)
+    args = _long_bf16_scan(4098, dt_shift=-4, A_max=1)
     assert default_segments(args, 4) == 8
-    ys = [scan_forward(args, torch.empty_like(x), p_blocks=4, segments=n)
+    ys = [scan_forward(args, torch.empty_like(args.x), p_blocks=4, segments=n)
           for n in (1, 8, 5)]
     for y in ys[1:]:
         assert rel(y.float(), ys[0].float()) < 1e-2  # bf16 outputs: 2^-8

@@ -5,8 +5,8 @@ scan forward and backward, both directions, conv, gated norm, add + norm) is
 checked without a GPU. It must be set before Triton compiles anything, hence the
 subprocess. Everything runs in float32 with IEEE dots, so the error against the
 float64 reference is fp32 rounding (about 1e-7 here); 1e-5 catches any wrong term.
-The ways of splitting the work (channel blocks of the forward, the backward's
-chunk size) are compared with each other; the reference checks the default.
+The ways of splitting the work (channel blocks and segments of the forward, the
+backward's chunk size) are compared with each other; the reference checks the default.
 """
 import json
 import os

@@ -31,6 +31,15 @@ Tensor = torch.Tensor
 
 
 @triton.jit
+def _state_leaving(state, xdt, gcs, glast, Bt, x, DOT_PREC: tl.constexpr):
+    """The state leaving a chunk, ``exp(g_last) H + (X * exp(g_last - g))^T B``
+    (``xdt`` = X in float32; the product's operands in x's dtype)."""
+    return state * tl.exp(glast) + tl.dot(
+        tl.trans((xdt * tl.exp(glast - gcs)[:, None]).to(x.dtype)), Bt,
+        input_precision=DOT_PREC)
+
+
+@triton.jit
 def _ssd_fwd_kernel(
         x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, y_ptr,
         seqlen, nheads, heads_per_group, nslots,
@@ -99,9 +108,7 @@ def _ssd_fwd_kernel(
         tl.store(y_base + pos[:, None] * s_yl + offs_p[None, :],
                  y.to(y_ptr.dtype.element_ty), mask=valid[:, None] & mask_p[None, :])
         # 3. state leaving the chunk
-        to_end = tl.exp(glast - gcs)
-        state = state * tl.exp(glast) + tl.dot(
-            tl.trans((xdt * to_end[:, None]).to(x.dtype)), Bt, input_precision=DOT_PREC)
+        state = _state_leaving(state, xdt, gcs, glast, Bt, x, DOT_PREC)
 
 
 @triton.jit
@@ -144,11 +151,8 @@ def _ssd_fwd_segment_states_kernel(
         n_x = _load_rows(x_base, s_xl, n_pos, n_valid, offs_p, mask_p)
         n_B = _load_rows(B_base, s_Bl, n_pos, n_valid, offs_n, mask_n)
         raw, dt, gcs, glast = _chunk_steps(raw, valid, bias, A, DT_SOFTPLUS)
-        # the forward's state update (step 3), to the rounding
-        xdt = x.to(tl.float32) * dt[:, None]
-        state = state * tl.exp(glast) + tl.dot(
-            tl.trans((xdt * tl.exp(glast - gcs)[:, None]).to(x.dtype)), Bt,
-            input_precision=DOT_PREC)
+        state = _state_leaving(state, x.to(tl.float32) * dt[:, None], gcs, glast, Bt,
+                               x, DOT_PREC)
         total += glast
     row = (b * nslots + slot) * nsegs + seg
     tl.store(own_ptr + row * (BLOCK_P * P_BLOCKS * BLOCK_N) + offs_p[:, None] * BLOCK_N
