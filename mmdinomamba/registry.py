@@ -52,6 +52,8 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
     # torch.compile of named submodules (the backbones), selected in the config
     ('mmdinomamba.engine.hooks.CompileModulesHook', 'HOOKS', ALL),
+    # the backbones' blocks replayed from CUDA graphs (eager kernels, no compile)
+    ('mmdinomamba.engine.hooks.CUDAGraphBlocksHook', 'HOOKS', ALL),
     ('mmdinomamba.engine.optimizers.PerParamClipOptimWrapper', 'OPTIM_WRAPPERS',
      PRETRAIN),
     ('mmdinomamba.engine.optimizers.PerParamClipAmpOptimWrapper', 'OPTIM_WRAPPERS',

@@ -12,3 +12,8 @@ optim_wrapper = dict(type='PerParamClipAmpOptimWrapper')  # fp16, dynamic loss s
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(type='ResumableCheckpointHook', interval=1, max_keep_ckpts=3))
+# Both backbones' 24 blocks replayed from CUDA graphs, one capture per crop size
+# during the first iteration: an eager step is otherwise bound by the host's Python
+# (docs/benchmark.md). Same kernels, same numbers; on a CPU the blocks run eagerly.
+# Plain eager: --cfg-options "custom_hooks=[...]" without it, or delete this line.
+custom_hooks = _base_.custom_hooks + [dict(type='CUDAGraphBlocksHook')]

@@ -32,6 +32,7 @@ import torch
 
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
+from mmdinomamba.models.graphed_blocks import use_cuda_graphs
 from mmdinomamba.ops import BACKENDS, resolve_backend, ssd, triton_available
 
 # Backbones by name; 'vit-b' is the baseline every ratio refers to.
@@ -134,6 +135,14 @@ def _peak_gib(device: torch.device) -> Optional[float]:
     return torch.cuda.max_memory_allocated(device) / 2**30
 
 
+def _peak_reserved_gib(device: torch.device) -> Optional[float]:
+    """The caching allocator's peak reservation: with CUDA graphs, their private
+    pools included, whoever holds them."""
+    if device.type != 'cuda':
+        return None
+    return torch.cuda.max_memory_reserved(device) / 2**30
+
+
 def _reset_peak(device: torch.device):
     if device.type == 'cuda':
         torch.cuda.empty_cache()
@@ -229,16 +238,21 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
                   device: torch.device, amp: Optional[torch.dtype], modes: Sequence[str],
                   warmup: int, repeats: int, iters: int,
                   graph: bool = False,
-                  compile_mode: Optional[str] = None) -> Dict[str, object]:
+                  compile_mode: Optional[str] = None,
+                  graph_blocks: bool = False) -> Dict[str, object]:
     """Inference and training-step figures of one model at one (size, batch).
 
     Eager figures always (with ``compile_mode``, a ``torch.compile`` mode, the
     model is compiled in place first, and the "eager" figures are the compiled
     model's: its steps run as a user's loop would run them); with ``graph`` also
     the same steps replayed from a CUDA graph of our own (``*_graph_*`` keys),
-    which removes the host's launch overhead. Peak memory is the first run's.
+    which removes the host's launch overhead. ``graph_blocks``: DinoVim's blocks
+    replayed from CUDA graphs in the eager steps (:func:`use_cuda_graphs`). Peak
+    memory is the first run's.
     """
     model.to(device)
+    if graph_blocks:
+        use_cuda_graphs(model)
     if compile_mode:
         model.compile(mode=compile_mode, dynamic=False)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
@@ -291,7 +305,8 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                device: torch.device, amp: Optional[torch.dtype], modes: Sequence[str],
                warmup: int, repeats: int, iters: int,
                baseline: Optional[str] = BASELINE, graph: bool = False,
-               compile_mode: Optional[str] = None) -> List[dict]:
+               compile_mode: Optional[str] = None,
+               graph_blocks: bool = False) -> List[dict]:
     """Measure every (model, size) pair; add ratios to ``baseline`` (a key of specs).
 
     Returns:
@@ -313,7 +328,8 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                 row['source'] = getattr(model, 'baseline_source', spec['type'])
                 row['ssd_path'] = _ssd_path(model, device)
                 row.update(measure_model(model, size, batch, device, amp, modes,
-                                         warmup, repeats, iters, graph, compile_mode))
+                                         warmup, repeats, iters, graph, compile_mode,
+                                         graph_blocks))
             except Exception as e:  # OOM, a missing baseline: report and go on
                 row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
                 traceback.print_exc()
@@ -387,7 +403,7 @@ def dino_views(cfg, batch: int, device: torch.device) -> dict:
 
 def build_dino_step(config: str, device: torch.device, batch: Optional[int] = None,
                     cfg_options: Optional[dict] = None,
-                    compile_mode: Optional[str] = None):
+                    compile_mode: Optional[str] = None, graph_blocks: bool = False):
     """The training step of a DINO config, as ``tools/train.py`` runs it.
 
     The model, its data preprocessor and the optimizer wrapper (the config's own:
@@ -406,6 +422,9 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
         compile_mode (str, optional): compile the student's and the teacher's
             backbones with this ``torch.compile`` mode, as
             :class:`~mmdinomamba.engine.hooks.CompileModulesHook` does.
+        graph_blocks (bool): replay the backbones' blocks from CUDA graphs, as
+            :class:`~mmdinomamba.engine.hooks.CUDAGraphBlocksHook` does (also when
+            the config's ``custom_hooks`` hold that hook, as in ``tools/train.py``).
 
     Returns:
         tuple: (step function, the model, images per view).
@@ -430,6 +449,9 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
     model = MODELS.build(model_cfg)
     model.init_weights()
     model.to(device).train()
+    if graph_blocks or any(h.get('type') == 'CUDAGraphBlocksHook'
+                           for h in cfg.get('custom_hooks', [])):
+        use_cuda_graphs(model)
     if compile_mode:
         compile_submodules(model, ['backbone', 'teacher.backbone'], mode=compile_mode,
                            dynamic=False)
@@ -449,7 +471,8 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
 def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: int,
                       iters: int, host_batch: int = 2,
                       cfg_options: Optional[dict] = None,
-                      compile_mode: Optional[str] = None) -> Dict[str, object]:
+                      compile_mode: Optional[str] = None,
+                      graph_blocks: bool = False) -> Dict[str, object]:
     """Seconds per iteration, images/s, peak memory, launches and host time of one
     config's DINO step.
 
@@ -458,19 +481,21 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
     step cannot be read directly: the AMP loss scaler waits for the device).
     """
     step, model, batch = build_dino_step(config, device, cfg_options=cfg_options,
-                                         compile_mode=compile_mode)
+                                         compile_mode=compile_mode,
+                                         graph_blocks=graph_blocks)
     _reset_peak(device)
     t = time_ms(step, device, warmup, repeats, iters)
     res: Dict[str, object] = dict(
         batch=batch, params_m=sum(p.numel() for p in model.parameters()) / 1e6,
         s_iter=statistics.median(t) / 1e3, ms_all=t,
         img_s=batch * 1e3 / statistics.median(t), peak_gib=_peak_gib(device),
-        launches=launches_per_call(step, device))
+        reserved_gib=_peak_reserved_gib(device), launches=launches_per_call(step, device))
     del step, model
     _reset_peak(device)
     if host_batch:
         small, _, _ = build_dino_step(config, device, batch=host_batch,
-                                      cfg_options=cfg_options, compile_mode=compile_mode)
+                                      cfg_options=cfg_options, compile_mode=compile_mode,
+                                      graph_blocks=graph_blocks)
         res['host_ms'] = statistics.median(time_ms(small, device, warmup, repeats, iters))
         del small
     return res
@@ -479,18 +504,21 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
 def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
                    repeats: int, iters: int, baseline: Optional[str] = None,
                    host_batch: int = 2, compile_mode: Optional[str] = None,
-                   compile_baseline: bool = False) -> List[dict]:
+                   compile_baseline: bool = False,
+                   graph_blocks: bool = False) -> List[dict]:
     """:func:`measure_dino_step` for each named config; ``<figure>_vs_baseline``
     ratios (throughput) against the ``baseline`` name. ``compile_mode`` applies to
-    every config but the baseline's, unless ``compile_baseline``."""
+    every config but the baseline's, unless ``compile_baseline``; ``graph_blocks``
+    to every config (the baseline's ViT has no graphed blocks)."""
     rows = []
     for name, config in configs.items():
         row = dict(model=name, config=config)
         try:
             mode = compile_mode if compile_baseline or name != baseline else None
-            row['compile'] = mode
+            row['compile'] = mode or ('graph-blocks' if graph_blocks else None)
             row.update(measure_dino_step(config, device, warmup, repeats, iters,
-                                         host_batch, compile_mode=mode))
+                                         host_batch, compile_mode=mode,
+                                         graph_blocks=graph_blocks))
         except Exception as e:  # OOM, a config that does not build: report, go on
             row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
             traceback.print_exc()
@@ -510,13 +538,14 @@ def format_dino_row(r: dict) -> str:
     return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
-            f"{_fmt(r.get('peak_gib'), '7.2f')}  {r.get('compile') or 'eager'}")
+            f"{_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')}  "
+            f"{r.get('compile') or 'eager'}")
 
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7}  compile")
+            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7} {'resGiB':>7}  compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 
 

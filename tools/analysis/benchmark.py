@@ -57,6 +57,9 @@ def parse_args(argv=None):
                    help='also time each step replayed from a CUDA graph (gInfer, gTrain)')
     m.add_argument('--compile', choices=COMPILE_MODES,
                    help='torch.compile every model (the baseline too) in this mode first')
+    m.add_argument('--graph-blocks', action='store_true',
+                   help="replay DinoVim's blocks from CUDA graphs in the eager steps "
+                   '(what CUDAGraphBlocksHook does)')
     d = sub.add_parser('dino-step', help='the DINO training step of the shipped configs')
     d.add_argument('--models', nargs='+', choices=sorted(DINO_CONFIGS),
                    default=['dinovim-t', 'dinovim-s', 'dinovim-b'])
@@ -70,6 +73,9 @@ def parse_args(argv=None):
                    '--compile-baseline)')
     d.add_argument('--compile-baseline', action='store_true',
                    help='compile the baseline too')
+    d.add_argument('--graph-blocks', action='store_true',
+                   help="replay the backbones' blocks from CUDA graphs, as "
+                   'CUDAGraphBlocksHook does (configs holding that hook always do)')
     k = sub.add_parser('kernel', help='the SSD op alone')
     k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
                    default=['chunked', 'triton', 'mamba_ssm'])
@@ -108,12 +114,13 @@ def main(argv=None) -> dict:
             specs[name] = spec
         result['settings'].update(sizes=args.sizes, batch_sizes=args.batch_sizes,
                                   modes=args.modes, ssd_backend=args.ssd_backend,
-                                  cuda_graph=args.cuda_graph, compile=args.compile)
+                                  cuda_graph=args.cuda_graph, compile=args.compile,
+                                  graph_blocks=args.graph_blocks)
         if args.cuda_graph and device.type != 'cuda':
             raise ValueError('benchmark: --cuda-graph needs a CUDA device')
         rows = run_models(specs, args.sizes, args.batch_sizes, device, amp, args.modes,
                           args.warmup, args.repeats, args.iters, baseline,
-                          args.cuda_graph, args.compile)
+                          args.cuda_graph, args.compile, args.graph_blocks)
         result['rows'] = rows
         print(format_table(rows, baseline))
     elif args.mode == 'dino-step':
@@ -123,10 +130,11 @@ def main(argv=None) -> dict:
         configs = {n: DINO_CONFIGS[n] for n in names}
         result['settings'].update(configs=configs, host_batch=args.host_batch,
                                   compile=args.compile,
-                                  compile_baseline=args.compile_baseline)
+                                  compile_baseline=args.compile_baseline,
+                                  graph_blocks=args.graph_blocks)
         rows = run_dino_steps(configs, device, args.warmup, args.repeats, args.iters,
                               baseline, args.host_batch, args.compile,
-                              args.compile_baseline)
+                              args.compile_baseline, args.graph_blocks)
         result['rows'] = rows
         print(format_dino_table(rows, baseline))
     elif args.mode == 'profile':

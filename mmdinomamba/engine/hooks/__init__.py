@@ -1,8 +1,9 @@
 from .compile_hook import CompileModulesHook
+from .cuda_graph_hook import CUDAGraphBlocksHook
 from .dino_freeze_last_layer_hook import DINOFreezeLastLayerHook
 from .dino_teacher_momentum_hook import DINOTeacherMomentumHook
 from .dino_teacher_temp_hook import DINOTeacherTempHook
 from .resumable_checkpoint_hook import ResumableCheckpointHook
 
-__all__ = ['CompileModulesHook', 'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook',
-           'DINOTeacherTempHook', 'ResumableCheckpointHook']
+__all__ = ['CUDAGraphBlocksHook', 'CompileModulesHook', 'DINOFreezeLastLayerHook',
+           'DINOTeacherMomentumHook', 'DINOTeacherTempHook', 'ResumableCheckpointHook']

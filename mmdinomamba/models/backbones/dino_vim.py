@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
+from mmdinomamba.models.graphed_blocks import GraphedBlocks
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
 from mmdinomamba.ops import RMSNorm, add_rms_norm
@@ -140,9 +141,18 @@ class DinoVim(PlainBackbone):
             for i in range(self.num_layers))
         self.norm_f = RMSNorm(dim, eps=norm_eps)
         self.drop_path = drop_path_or_identity(drop_path_rate)
+        self._graphed: Optional[GraphedBlocks] = None
         self._init_embeddings()
         self._rescale_out_proj()
         self._freeze_stages()
+
+    def use_cuda_graphs(self, enabled: bool = True) -> None:
+        """Run all blocks from CUDA graphs on CUDA inputs, one capture per input
+        signature (:class:`~mmdinomamba.models.graphed_blocks.GraphedBlocks`: same
+        numbers, one launch per pass instead of a few dozen per block). Applies when
+        every block runs and only the last one's output is asked for (training and
+        plain inference); other calls stay eager."""
+        self._graphed = GraphedBlocks(self.layers) if enabled else None
 
     def _rescale_out_proj(self):
         # GPT-2 style: each residual branch's last projection scaled by 1/sqrt(depth)
@@ -210,20 +220,31 @@ class DinoVim(PlainBackbone):
         source = feature_source or self.feature_source
         wanted = set(indices)
         outs: Dict[int, Tensor] = {}
-        h, residual = tokens, None
-        for i, layer in enumerate(self.layers[:max(indices) + 1]):
-            h, residual = layer(h, residual)
+        last = self.num_layers - 1
+        if (self._graphed is not None and wanted == {last}
+                and self._graphed.takes(tokens)):
+            layers = [(last, self._graphed(tokens, self.training))]
+        else:
+            layers = self._eager_blocks(tokens, max(indices))
+        for i, (h, residual) in layers:
             if i not in wanted:
                 continue
             if source == 'mixer':
                 outs[i] = self.norm_f(h)
                 continue
-            last = i == self.num_layers - 1
-            stream = residual + (self.drop_path(h) if last else h)
-            normed = source == 'normed' or (last and self.final_norm)
+            is_last = i == last
+            stream = residual + (self.drop_path(h) if is_last else h)
+            normed = source == 'normed' or (is_last and self.final_norm)
             outs[i] = self.norm_f(stream.to(self.norm_f.weight.dtype)) if normed \
                 else stream
         return [outs[i] for i in indices]
+
+    def _eager_blocks(self, tokens: Tensor, stop: int):
+        """``(i, (h, residual))`` after each block ``i <= stop``, one at a time."""
+        h, residual = tokens, None
+        for i, layer in enumerate(self.layers[:stop + 1]):
+            h, residual = layer(h, residual)
+            yield i, (h, residual)
 
     def get_intermediate_layers(self, x: Tensor, n: int = 1) -> List[Tensor]:
         """The official per-layer readouts ``RMSNorm_f(h_i)`` of the last ``n`` blocks.

@@ -1,0 +1,227 @@
+"""A backbone's block stack replayed from CUDA graphs (torch only).
+
+An eager DinoVim step issues a few dozen small launches per block from Python, 24
+blocks deep; the host then takes longer to issue a training step than the GPU takes
+to run it, and T, S and B train at one speed (docs/benchmark.md). :class:`GraphedBlocks`
+captures the whole stack once per input signature (shape, dtype, autocast state)
+and replays it: one launch for the forward and one for the backward of all blocks.
+
+* Training (grad enabled, input requiring grad): the forward and the backward
+  (``torch.autograd.grad`` of the outputs) are captured, after a warm-up on a side
+  stream, and one autograd function replays them; the parameters' gradients leave
+  through autograd as in eager mode (accumulated into ``.grad``).
+* No grad (DINO's teacher): the forward alone is captured.
+
+Each signature has its own memory pool, so graphs of different signatures can be
+replayed in any order. What a replay returns is the graph's static output: it is
+valid until the next replay of the same signature (a training step's outputs die in
+the step). A second training forward of one signature before the first one's
+backward has run would overwrite what that backward reads; it runs eagerly instead.
+
+The numbers are eager's: the same kernels run, and stochastic depth draws from the
+default CUDA generator, which a replay advances as eager calls would; the generator
+state is restored after each capture's warm-up, so a run that captures at step k
+(after a resume) draws what an uninterrupted run draws.
+"""
+import warnings
+from typing import Dict, Tuple
+
+import torch
+import torch.nn as nn
+
+Tensor = torch.Tensor
+
+
+class _Stack(nn.Module):
+    """``(tokens) -> (h, residual)`` through every block; holds the blocks without
+    registering them (the backbone owns them: no second name in a state dict)."""
+
+    def __init__(self, layers: nn.ModuleList, training: bool):
+        super().__init__()
+        self.__dict__['_layers'] = layers
+        self._params = tuple(layers.parameters())
+        self.training = training
+
+    def parameters(self, recurse: bool = True):
+        return iter(self._params)
+
+    def buffers(self, recurse: bool = True):
+        return iter(())
+
+    def forward(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
+        h, residual = tokens, None
+        for layer in self.__dict__['_layers']:
+            h, residual = layer(h, residual)
+        return h, residual
+
+
+def _autocast_without_cache():
+    """The caller's CUDA autocast state with its weight cache off: a graph must
+    record every cast, not read a cached copy that the autocast region frees."""
+    return torch.autocast('cuda', dtype=torch.get_autocast_dtype('cuda'),
+                          enabled=torch.is_autocast_enabled('cuda'), cache_enabled=False)
+
+
+class GraphedBlocks:
+    """Runs ``layers`` (blocks called as ``layer(h, residual)``) from CUDA graphs.
+
+    Args:
+        layers (nn.ModuleList): the blocks; the first gets ``residual=None``.
+        warmup (int): eager iterations before each capture. Defaults to 3.
+    """
+
+    def __init__(self, layers: nn.ModuleList, warmup: int = 3):
+        self.layers = layers
+        self.warmup = warmup
+        self._graphs: Dict[tuple, object] = {}
+        self._pending: Dict[tuple, bool] = {}
+
+    @staticmethod
+    def takes(tokens: Tensor) -> bool:
+        """Whether a call with ``tokens`` can replay a graph: CUDA, not inside a
+        capture of someone else's or under ``torch.compile``."""
+        return (tokens.is_cuda and not torch.compiler.is_compiling()
+                and not torch.cuda.is_current_stream_capturing())
+
+    def _key(self, tokens: Tensor, training: bool) -> tuple:
+        grad = torch.is_grad_enabled() and tokens.requires_grad
+        return (tuple(tokens.shape), tokens.dtype, tokens.device, tokens.stride(),
+                training, grad, torch.is_autocast_enabled('cuda'),
+                torch.get_autocast_dtype('cuda'))
+
+    def __call__(self, tokens: Tensor, training: bool) -> Tuple[Tensor, Tensor]:
+        """``(h, residual)`` after the last block, as the eager loop returns them.
+
+        Args:
+            tokens (Tensor): (batch, seqlen, dim), CUDA (see :meth:`takes`).
+            training (bool): the backbone's mode (stochastic depth).
+        """
+        key = self._key(tokens, training)
+        grad = key[5]
+        if grad and self._pending.get(key):
+            return _Stack(self.layers, training)(tokens)  # see the module docstring
+        graphed = self._graphs.get(key)
+        if graphed is None:
+            graphed = self._graphs[key] = self._capture(tokens, training, grad)
+        if not grad:
+            return graphed(tokens)
+        self._pending[key] = True
+        h, residual = graphed(tokens)
+
+        def done(grad_h):
+            self._pending[key] = False
+
+        h.register_hook(done)
+        return h, residual
+
+    def _capture(self, tokens: Tensor, training: bool, grad: bool):
+        rng = torch.cuda.get_rng_state(tokens.device)
+        stack = _Stack(self.layers, training)
+        try:
+            with _autocast_without_cache():
+                capture = _capture_training if grad else _capture_forward
+                return capture(stack, tokens, self.warmup)
+        except RuntimeError as err:  # something in the blocks cannot be captured
+            warnings.warn(f'GraphedBlocks: capturing the blocks for input '
+                          f'{tuple(tokens.shape)} failed ({str(err).splitlines()[0]}); '
+                          'they run eagerly for this input')
+            return lambda x: stack(x)
+        finally:
+            torch.cuda.set_rng_state(rng, tokens.device)
+
+
+# 'thread_local': only this thread's CUDA calls can spoil a capture, not those of
+# the data loader's pin-memory thread (with 'global', an intermittent failure)
+_MODE = 'thread_local'
+
+
+def _warm_up(fn, device, warmup: int):
+    """``warmup`` calls of ``fn`` on a side stream (lazy initialisations, Triton's
+    compilations and cuBLAS's workspaces happen before the capture)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+
+
+def _capture_forward(stack: _Stack, tokens: Tensor, warmup: int):
+    """A replay function for the no-grad forward of ``stack`` on ``tokens``' shape."""
+    static_in = tokens.detach().clone()
+    with torch.no_grad():
+        _warm_up(lambda: stack(static_in), tokens.device, warmup)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode=_MODE):
+            static_out = stack(static_in)
+
+    def replay(x: Tensor) -> Tuple[Tensor, Tensor]:
+        static_in.copy_(x)
+        graph.replay()
+        return static_out
+
+    return replay
+
+
+class _Graphs:
+    """The captured forward and backward of one signature and their static tensors."""
+
+    def __init__(self, stack: _Stack, tokens: Tensor, warmup: int):
+        self.params = [p for p in stack.parameters() if p.requires_grad]
+        self.static_in = tokens.detach().clone().requires_grad_(True)
+        inputs = (self.static_in, *self.params)
+
+        def fwd_bwd():
+            outs = stack(self.static_in)
+            torch.autograd.grad(outs, inputs, [torch.empty_like(o) for o in outs],
+                                allow_unused=True)
+
+        _warm_up(fwd_bwd, tokens.device, warmup)
+        self.fwd, self.bwd = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.fwd, capture_error_mode=_MODE):
+            self.static_out = stack(self.static_in)
+        self.static_grad_out = tuple(torch.empty_like(o) for o in self.static_out)
+        with torch.cuda.graph(self.bwd, pool=self.fwd.pool(), capture_error_mode=_MODE):
+            self.static_grads = torch.autograd.grad(
+                self.static_out, inputs, self.static_grad_out, allow_unused=True)
+
+
+class _Replay(torch.autograd.Function):
+    """One autograd node for the whole stack: the forward and the backward graph."""
+
+    @staticmethod
+    def forward(ctx, graphs: _Graphs, tokens: Tensor, *params: Tensor):
+        if tokens.data_ptr() != graphs.static_in.data_ptr():
+            graphs.static_in.detach().copy_(tokens)
+        graphs.fwd.replay()
+        ctx.graphs = graphs
+        return tuple(o.detach() for o in graphs.static_out)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grads: Tensor):
+        graphs = ctx.graphs
+        for static, g in zip(graphs.static_grad_out, grads):
+            static.copy_(g)
+        graphs.bwd.replay()
+        # static buffers, as torch.cuda.make_graphed_callables returns them:
+        # autograd adds them into .grad (a copy), never keeps them
+        return (None, *(g if g is None else g.detach() for g in graphs.static_grads))
+
+
+def _capture_training(stack: _Stack, tokens: Tensor, warmup: int):
+    """A function replaying ``stack``'s forward on ``tokens``' shape, whose backward
+    replays the captured backward."""
+    graphs = _Graphs(stack, tokens, warmup)
+    return lambda x: _Replay.apply(graphs, x, *graphs.params)
+
+
+def use_cuda_graphs(model: nn.Module, enabled: bool = True) -> list:
+    """Call ``use_cuda_graphs(enabled)`` on every submodule of ``model`` that has it
+    (DinoVim); return their names ('' for ``model`` itself)."""
+    names = []
+    for name, module in model.named_modules():
+        if callable(getattr(module, 'use_cuda_graphs', None)):
+            module.use_cuda_graphs(enabled)
+            names.append(name)
+    return names

@@ -1,0 +1,145 @@
+"""DinoVim's blocks replayed from CUDA graphs (models/graphed_blocks.py): the same
+forward, gradients and stochastic-depth draws as the eager blocks, on the GPU; the
+bookkeeping (one capture per signature, eager when a signature's backward is still
+pending, eager on a CPU) on the CPU."""
+import copy
+
+import pytest
+import torch
+
+import mmdinomamba.models.graphed_blocks as gb
+from mmdinomamba.models.backbones import DinoVim
+
+
+def tiny(drop_path_rate=0.2, layers=3):
+    torch.manual_seed(0)
+    return DinoVim(arch=dict(embed_dims=64, num_layers=layers), img_size=32,
+                   patch_size=8, drop_path_rate=drop_path_rate,
+                   mixer_cfg=dict(d_state=16, headdim=32))
+
+
+def test_cpu_inputs_run_the_eager_blocks():
+    model = tiny().train()
+    twin = copy.deepcopy(model)
+    model.use_cuda_graphs()
+    x = torch.randn(2, 3, 32, 32)
+    torch.manual_seed(1)
+    out = model(x)[0]
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, twin(x)[0], rtol=0, atol=0)
+    assert model._graphed._graphs == {}  # nothing captured
+
+
+def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(monkeypatch):
+    """A fake capture (the eager stack) stands in for CUDA: what is captured when,
+    and which calls replay."""
+    captures, replays = [], []
+
+    def fake_capture(self, tokens, training, grad):
+        captures.append((tuple(tokens.shape), grad))
+        stack = gb._Stack(self.layers, training)
+
+        def replay(x):
+            replays.append(tuple(x.shape))
+            return stack(x)
+        return replay
+
+    monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
+    monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+    model = tiny(drop_path_rate=0.0).train()
+    model.use_cuda_graphs()
+    x, small = torch.randn(2, 3, 32, 32), torch.randn(4, 3, 16, 16)
+
+    a = model(x)[0]
+    b = model(x)[0]  # the first one's backward has not run: eager
+    # 32 px, 8 px patches: 16 patches and the [CLS] token twice
+    assert captures == [((2, 18, 64), True)] and replays == [(2, 18, 64)]
+    (a.sum() + b.sum()).backward()
+    model(x)[0].sum().backward()  # replays again
+    model(small)[0].sum().backward()  # a second signature: its own capture
+    with torch.no_grad():
+        model(x)
+    assert captures == [((2, 18, 64), True), ((4, 6, 64), True), ((2, 18, 64), False)]
+    assert replays == [(2, 18, 64), (2, 18, 64), (4, 6, 64), (2, 18, 64)]
+    # intermediate outputs are asked for: eager, no capture
+    tokens, _ = model.embed(x)
+    model.forward_tokens(tokens, [0, 2])
+    assert len(captures) == 3
+
+
+def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
+    from mmdinomamba.engine.hooks import CUDAGraphBlocksHook
+
+    class Runner:
+        def __init__(self, model):
+            self.model = model
+            self.logger = type('L', (), {'info': lambda s, msg: logs.append(msg),
+                                         'warning': lambda s, msg: logs.append(msg)})()
+
+    logs = []
+    model = torch.nn.ModuleDict(dict(backbone=tiny(), teacher=tiny()))
+    CUDAGraphBlocksHook().before_train(Runner(model))
+    assert model['backbone']._graphed is not None
+    assert model['teacher']._graphed is not None
+    assert '`backbone`' in logs[0] and '`teacher`' in logs[0]
+    CUDAGraphBlocksHook().before_train(Runner(torch.nn.Linear(2, 2)))  # a ViT, say
+    assert 'no module of the model (Linear)' in logs[1] and 'eagerly' in logs[1]
+
+
+def _cuda_triton():
+    from mmdinomamba.ops import triton_available
+    return torch.cuda.is_available() and triton_available()
+
+
+def _train_steps(model, inputs, steps, seed):
+    """Loss and gradients of ``steps`` steps (two input shapes each, fp16 autocast
+    with its weight cache on, as mmengine's AmpOptimWrapper), from ``seed``."""
+    torch.cuda.manual_seed(seed)
+    results = []
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast('cuda', dtype=torch.float16):
+            loss = sum(model(x)[0].float().pow(2).mean() for x in inputs)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    return results
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+def test_graphed_training_steps_equal_eager_steps_with_drop_path():
+    """Three steps over two shapes (capture, then replays): the same losses and
+    parameter gradients as eager, and the same stochastic-depth draws (a different
+    mask would change the loss by far more than the tolerance)."""
+    eager = tiny(drop_path_rate=0.3, layers=4).cuda().train()
+    graphed = copy.deepcopy(eager)
+    graphed.use_cuda_graphs()
+    inputs = [torch.randn(8, 3, 32, 32, device='cuda'),
+              torch.randn(16, 3, 16, 16, device='cuda')]
+    want = _train_steps(eager, inputs, 3, seed=5)
+    got = _train_steps(graphed, inputs, 3, seed=5)
+    assert len(graphed._graphed._graphs) == 2
+    for (loss_g, grads_g), (loss_e, grads_e) in zip(got, want):
+        # the same kernels in the same order: equal but for atomics' summation order
+        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
+        for g, e in zip(grads_g, grads_e):
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
+    # the steps differ from each other (new drop-path draws each step)
+    assert not torch.equal(want[0][0], want[1][0])
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+def test_graphed_no_grad_forward_equals_eager_and_follows_in_place_updates():
+    """The teacher's pass: no grad, eval mode; parameters updated in place between
+    calls (the EMA) are read by the replay."""
+    eager = tiny(layers=4).cuda().eval()
+    graphed = copy.deepcopy(eager)
+    graphed.use_cuda_graphs()
+    x = torch.randn(8, 3, 32, 32, device='cuda')
+    for _ in range(3):
+        with torch.no_grad(), torch.autocast('cuda', dtype=torch.float16):
+            out_g, out_e = graphed(x)[0].clone(), eager(x)[0]
+        torch.testing.assert_close(out_g, out_e, rtol=0, atol=0)
+        with torch.no_grad():
+            for m in (eager, graphed):
+                torch._foreach_mul_(list(m.parameters()), 0.9)
+    assert len(graphed._graphed._graphs) == 1
