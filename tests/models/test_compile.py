@@ -18,6 +18,7 @@ def tiny(drop_path_rate=0.0):
 def test_no_graph_break_and_one_graph_with_drop_path():
     torch._dynamo.reset()
     model = tiny(drop_path_rate=0.2).train()  # every block has its own rate
+    model.use_cuda_graphs()  # as the -compile configs: steps aside under compile
     explanation = torch._dynamo.explain(model)(torch.randn(2, 3, 32, 32))
     assert explanation.graph_break_count == 0, [
         str(b.reason)[:200] for b in explanation.break_reasons]
@@ -60,11 +61,14 @@ def no_tf32():
 def test_compiled_cuda_runs_the_fused_mixer_as_custom_ops_and_matches_eager(mode,
                                                                            no_tf32):
     """On CUDA the compiled graph holds the mixer's custom op (one node per block, no
-    graph break, one graph with drop path on), and the compiled model, CUDA graphs
-    included, gives eager's outputs and gradients (the same mixer kernels; Inductor's
+    graph break, one graph with drop path on, the graphed blocks switched on), and
+    the compiled model, CUDA graphs included, gives eager's outputs and gradients (the same mixer kernels; Inductor's
     own norms and matmuls: float32 rounding apart)."""
     torch._dynamo.reset()
     model = tiny(drop_path_rate=0.0).cuda().train()
+    # as the -compile configs (CUDAGraphBlocksHook and CompileModulesHook): the
+    # graphed blocks step aside under compile; eager calls replay them
+    model.use_cuda_graphs()
     x = torch.randn(2, 3, 32, 32, device='cuda')
     explanation = torch._dynamo.explain(model)(x)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1

@@ -223,28 +223,24 @@ class DinoVim(PlainBackbone):
         last = self.num_layers - 1
         if (self._graphed is not None and wanted == {last}
                 and self._graphed.takes(tokens)):
-            layers = [(last, self._graphed(tokens, self.training))]
-        else:
-            layers = self._eager_blocks(tokens, max(indices))
-        for i, (h, residual) in layers:
-            if i not in wanted:
-                continue
-            if source == 'mixer':
-                outs[i] = self.norm_f(h)
-                continue
-            is_last = i == last
-            stream = residual + (self.drop_path(h) if is_last else h)
-            normed = source == 'normed' or (is_last and self.final_norm)
-            outs[i] = self.norm_f(stream.to(self.norm_f.weight.dtype)) if normed \
-                else stream
+            h, residual = self._graphed(tokens, self.training)
+            outs[last] = self._block_output(h, residual, last, source)
+            return [outs[i] for i in indices]
+        h, residual = tokens, None
+        for i, layer in enumerate(self.layers[:max(indices) + 1]):
+            h, residual = layer(h, residual)
+            if i in wanted:
+                outs[i] = self._block_output(h, residual, i, source)
         return [outs[i] for i in indices]
 
-    def _eager_blocks(self, tokens: Tensor, stop: int):
-        """``(i, (h, residual))`` after each block ``i <= stop``, one at a time."""
-        h, residual = tokens, None
-        for i, layer in enumerate(self.layers[:stop + 1]):
-            h, residual = layer(h, residual)
-            yield i, (h, residual)
+    def _block_output(self, h: Tensor, residual: Tensor, i: int, source: str) -> Tensor:
+        """Block ``i``'s output as ``source`` defines it, from its ``(h, residual)``."""
+        if source == 'mixer':
+            return self.norm_f(h)
+        last = i == self.num_layers - 1
+        stream = residual + (self.drop_path(h) if last else h)
+        normed = source == 'normed' or (last and self.final_norm)
+        return self.norm_f(stream.to(self.norm_f.weight.dtype)) if normed else stream
 
     def get_intermediate_layers(self, x: Tensor, n: int = 1) -> List[Tensor]:
         """The official per-layer readouts ``RMSNorm_f(h_i)`` of the last ``n`` blocks.
