@@ -84,10 +84,15 @@ class GraphedBlocks:
                 and not torch.cuda.is_current_stream_capturing())
 
     def _key(self, tokens: Tensor, training: bool) -> tuple:
-        grad = torch.is_grad_enabled() and tokens.requires_grad
+        """The signature: what the captured work depends on. ``grad`` (position 5):
+        whether anything needs a gradient, the input or a block's parameter (which
+        of them do is part of the key: freezing blocks makes a new capture)."""
+        trainable = tuple(p.requires_grad for p in self.layers.parameters())
+        grad = torch.is_grad_enabled() and (tokens.requires_grad or any(trainable))
         return (tuple(tokens.shape), tokens.dtype, tokens.device, tokens.stride(),
                 training, grad, torch.is_autocast_enabled('cuda'),
-                torch.get_autocast_dtype('cuda'))
+                torch.get_autocast_dtype('cuda'), tokens.requires_grad,
+                trainable if grad else ())
 
     def __call__(self, tokens: Tensor, training: bool) -> Tuple[Tensor, Tensor]:
         """``(h, residual)`` after the last block, as the eager loop returns them.
@@ -168,8 +173,9 @@ class _Graphs:
 
     def __init__(self, stack: _Stack, tokens: Tensor, warmup: int):
         self.params = [p for p in stack.parameters() if p.requires_grad]
-        self.static_in = tokens.detach().clone().requires_grad_(True)
-        inputs = (self.static_in, *self.params)
+        self.static_in = tokens.detach().clone().requires_grad_(tokens.requires_grad)
+        self.input_grad = tokens.requires_grad
+        inputs = (self.static_in, ) * self.input_grad + tuple(self.params)
 
         def fwd_bwd():
             outs = stack(self.static_in)
@@ -206,7 +212,8 @@ class _Replay(torch.autograd.Function):
         graphs.bwd.replay()
         # static buffers, as torch.cuda.make_graphed_callables returns them:
         # autograd adds them into .grad (a copy), never keeps them
-        return (None, *(g if g is None else g.detach() for g in graphs.static_grads))
+        grads = [g if g is None else g.detach() for g in graphs.static_grads]
+        return (None, grads.pop(0) if graphs.input_grad else None, *grads)
 
 
 def _capture_training(stack: _Stack, tokens: Tensor, warmup: int):

@@ -67,6 +67,27 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(monkeyp
     assert len(captures) == 3
 
 
+def test_frozen_input_with_trainable_blocks_is_a_training_signature(monkeypatch):
+    """Tokens that need no gradient (a frozen embedding) still make a training
+    capture while the blocks' parameters need one; all frozen, a forward-only one."""
+    captures = []
+
+    def fake_capture(self, tokens, training, grad):
+        captures.append(grad)
+        return gb._Stack(self.layers, training)
+
+    monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
+    monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+    model = tiny(drop_path_rate=0.0).train()
+    model.use_cuda_graphs()
+    tokens = torch.randn(2, 18, 64)
+    model.forward_tokens(tokens, [2])[0].sum().backward()
+    assert captures == [True] and model.layers[0].norm.weight.grad is not None
+    model.layers.requires_grad_(False)
+    model.forward_tokens(tokens, [2])
+    assert captures == [True, False]
+
+
 def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
     from mmdinomamba.engine.hooks import CUDAGraphBlocksHook
 
@@ -101,16 +122,22 @@ def _train_steps(model, inputs, steps, seed):
         with torch.autocast('cuda', dtype=torch.float16):
             loss = sum(model(x)[0].float().pow(2).mean() for x in inputs)
         loss.backward()
-        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+        results.append((loss.detach(), [None if p.grad is None else p.grad.clone()
+                                        for p in model.parameters()]))
     return results
 
 
 @pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
-def test_graphed_training_steps_equal_eager_steps_with_drop_path():
+@pytest.mark.parametrize('frozen_embedding', [False, True])
+def test_graphed_training_steps_equal_eager_steps_with_drop_path(frozen_embedding):
     """Three steps over two shapes (capture, then replays): the same losses and
     parameter gradients as eager, and the same stochastic-depth draws (a different
-    mask would change the loss by far more than the tolerance)."""
+    mask would change the loss by far more than the tolerance). With the embedding
+    frozen the blocks' input needs no gradient, their parameters still do."""
     eager = tiny(drop_path_rate=0.3, layers=4).cuda().train()
+    if frozen_embedding:
+        for p in (eager.patch_embed, eager.cls_token, eager.pos_embed):
+            p.requires_grad_(False)
     graphed = copy.deepcopy(eager)
     graphed.use_cuda_graphs()
     inputs = [torch.randn(8, 3, 32, 32, device='cuda'),
@@ -122,6 +149,9 @@ def test_graphed_training_steps_equal_eager_steps_with_drop_path():
         # the same kernels in the same order: equal but for atomics' summation order
         torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
         for g, e in zip(grads_g, grads_e):
+            if e is None:  # frozen
+                assert g is None
+                continue
             torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
     # the steps differ from each other (new drop-path draws each step)
     assert not torch.equal(want[0][0], want[1][0])
