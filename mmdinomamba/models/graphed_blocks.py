@@ -13,10 +13,10 @@ and replays it: one launch for the forward and one for the backward of all block
 * No grad (DINO's teacher): the forward alone is captured.
 
 Each signature has its own memory pool, so graphs of different signatures can be
-replayed in any order. What a replay returns is the graph's static output: it is
-valid until the next replay of the same signature (a training step's outputs die in
-the step). A second training forward of one signature before the first one's
-backward has run would overwrite what that backward reads; it runs eagerly instead.
+replayed in any order. A replay returns copies of the graph's outputs (one
+memory-bound pass: a caller may keep them across replays). What the backward graph
+reads stays in the pool, so a second training forward of one signature before the
+first one's backward has run would overwrite it; that forward runs eagerly instead.
 
 The numbers are eager's: the same kernels run, and stochastic depth draws from the
 default CUDA generator, which a replay advances as eager calls would; the generator
@@ -163,7 +163,7 @@ def _capture_forward(stack: _Stack, tokens: Tensor, warmup: int):
     def replay(x: Tensor) -> Tuple[Tensor, Tensor]:
         static_in.copy_(x)
         graph.replay()
-        return static_out
+        return tuple(o.clone() for o in static_out)
 
     return replay
 
@@ -201,7 +201,7 @@ class _Replay(torch.autograd.Function):
             graphs.static_in.detach().copy_(tokens)
         graphs.fwd.replay()
         ctx.graphs = graphs
-        return tuple(o.detach() for o in graphs.static_out)
+        return tuple(o.detach().clone() for o in graphs.static_out)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
