@@ -489,7 +489,9 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
         batch=batch, params_m=sum(p.numel() for p in model.parameters()) / 1e6,
         s_iter=statistics.median(t) / 1e3, ms_all=t,
         img_s=batch * 1e3 / statistics.median(t), peak_gib=_peak_gib(device),
-        reserved_gib=_peak_reserved_gib(device), launches=launches_per_call(step, device))
+        reserved_gib=_peak_reserved_gib(device), launches=launches_per_call(step, device),
+        graph_blocks=any(getattr(m, '_graphed', None) is not None
+                         for m in model.modules()))
     del step, model
     _reset_peak(device)
     if host_batch:
@@ -515,7 +517,7 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
         row = dict(model=name, config=config)
         try:
             mode = compile_mode if compile_baseline or name != baseline else None
-            row['compile'] = mode or ('graph-blocks' if graph_blocks else None)
+            row['compile'] = mode
             row.update(measure_dino_step(config, device, warmup, repeats, iters,
                                          host_batch, compile_mode=mode,
                                          graph_blocks=graph_blocks))
@@ -532,6 +534,11 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
     return rows
 
 
+def _dino_path(r: dict) -> str:
+    """How the backbones ran: a compile mode, 'graph-blocks' or 'eager'."""
+    return r.get('compile') or ('graph-blocks' if r.get('graph_blocks') else 'eager')
+
+
 def format_dino_row(r: dict) -> str:
     if 'error' in r:
         return f"{r['model']:<12}  ERROR {r['error']}"
@@ -539,7 +546,7 @@ def format_dino_row(r: dict) -> str:
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
             f"{_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')}  "
-            f"{r.get('compile') or 'eager'}")
+            f"{_dino_path(r)}")
 
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:

@@ -131,6 +131,25 @@ def test_dino_step_compiles_both_backbones_when_asked():
                          graph=True, compile_mode='reduce-overhead')
 
 
+def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says():
+    """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
+    graphed blocks (they run eagerly here, on the CPU); the row says so."""
+    _, plain, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
+    assert plain.backbone._graphed is None and plain.teacher['backbone']._graphed is None
+    _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
+                                        graph_blocks=True)
+    assert model.backbone._graphed is not None
+    assert model.teacher['backbone']._graphed is not None
+    hooked, hooked_model, _ = bench.build_dino_step(
+        TOY_DINO, torch.device('cpu'), batch=2,
+        cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
+    rows = bench.run_dino_steps({'toy': TOY_DINO}, torch.device('cpu'), 0, 1, 1,
+                                host_batch=0, graph_blocks=True)
+    assert rows[0]['graph_blocks'] and 'graph-blocks' in bench.format_dino_row(rows[0])
+    assert hooked_model.backbone._graphed is not None
+    assert torch.isfinite(hooked()['loss'])
+
+
 def test_dino_step_reports_a_config_that_does_not_build():
     rows = bench.run_dino_steps({'missing': 'configs/dino/no_such.py'},
                                 torch.device('cpu'), 0, 1, 1)

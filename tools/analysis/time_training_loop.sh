@@ -4,6 +4,7 @@
 # JPEGs, one epoch of ITERS iterations; prints s/iter from mmengine's log (the mean
 # of the logged 10-iteration windows after the first, which holds the warm-up).
 #   bash tools/analysis/time_training_loop.sh [MODEL ...]   (default: vit-base dinovim-base dinovim-small dinovim-tiny)
+# The DinoVim configs replay their blocks from CUDA graphs (CUDAGraphBlocksHook).
 # MODEL+compile takes the -compile variant of a config (both backbones under
 # torch.compile with CUDA graphs: CompileModulesHook), e.g. dinovim-base+compile.
 set -uo pipefail
