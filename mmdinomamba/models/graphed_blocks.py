@@ -6,10 +6,11 @@ to run it, and T, S and B train at one speed (docs/benchmark.md). :class:`Graphe
 captures the whole stack once per input signature (shape, dtype, autocast state)
 and replays it: one launch for the forward and one for the backward of all blocks.
 
-* Training (grad enabled, input requiring grad): the forward and the backward
-  (``torch.autograd.grad`` of the outputs) are captured, after a warm-up on a side
-  stream, and one autograd function replays them; the parameters' gradients leave
-  through autograd as in eager mode (accumulated into ``.grad``).
+* Training (grad enabled, and the input or a block's parameter needs a gradient):
+  the forward and the backward (``torch.autograd.grad`` of the outputs) are
+  captured, after a warm-up on a side stream, and one autograd function replays
+  them; copies of the parameters' gradients leave through autograd as in eager mode
+  (accumulated into ``.grad``).
 * No grad (DINO's teacher): the forward alone is captured.
 
 Each signature has its own memory pool, so graphs of different signatures can be
@@ -210,9 +211,14 @@ class _Replay(torch.autograd.Function):
         for static, g in zip(graphs.static_grad_out, grads):
             static.copy_(g)
         graphs.bwd.replay()
-        # static buffers, as torch.cuda.make_graphed_callables returns them:
-        # autograd adds them into .grad (a copy), never keeps them
-        grads = [g if g is None else g.detach() for g in graphs.static_grads]
+        # copies, in a few multi-tensor launches: autograd may keep a gradient it is
+        # handed as a parameter's .grad, and a static buffer kept there would be
+        # rewritten by the next replay (and added twice where .grad is zeroed in
+        # place instead of set to None)
+        grads = list(graphs.static_grads)
+        live = [i for i, g in enumerate(grads) if g is not None]
+        for i, g in zip(live, torch._foreach_mul([grads[i] for i in live], 1.0)):
+            grads[i] = g
         return (None, grads.pop(0) if graphs.input_grad else None, *grads)
 
 
