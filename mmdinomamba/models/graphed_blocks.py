@@ -69,13 +69,19 @@ class GraphedBlocks:
     Args:
         layers (nn.ModuleList): the blocks; the first gets ``residual=None``.
         warmup (int): eager iterations before each capture. Defaults to 3.
+        max_signatures (int): captures kept at most; inputs of further signatures
+            run eagerly (each capture holds its own memory: inputs of many sizes,
+            as multi-scale training or whole-image testing make, must not pile
+            them up). Defaults to 8.
     """
 
-    def __init__(self, layers: nn.ModuleList, warmup: int = 3):
+    def __init__(self, layers: nn.ModuleList, warmup: int = 3, max_signatures: int = 8):
         self.layers = layers
         self.warmup = warmup
+        self.max_signatures = max_signatures
         self._graphs: Dict[tuple, object] = {}
         self._pending: Dict[tuple, bool] = {}
+        self._full = False  # warned that max_signatures is reached
 
     @staticmethod
     def takes(tokens: Tensor) -> bool:
@@ -108,6 +114,12 @@ class GraphedBlocks:
             return _Stack(self.layers, training)(tokens)  # see the module docstring
         graphed = self._graphs.get(key)
         if graphed is None:
+            if len(self._graphs) >= self.max_signatures:
+                if not self._full:
+                    warnings.warn(f'GraphedBlocks: {self.max_signatures} input '
+                                  'signatures captured; further ones run eagerly')
+                    self._full = True
+                return _Stack(self.layers, training)(tokens)
             graphed = self._graphs[key] = self._capture(tokens, training, grad)
         if not grad:
             return graphed(tokens)

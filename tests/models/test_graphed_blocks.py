@@ -67,6 +67,25 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(monkeyp
     assert len(captures) == 3
 
 
+def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(monkeypatch):
+    captures = []
+
+    def fake_capture(self, tokens, training, grad):
+        captures.append(tuple(tokens.shape))
+        return gb._Stack(self.layers, training)
+
+    monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
+    monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
+    with torch.no_grad():
+        for n in (4, 5, 4):
+            blocks(torch.randn(1, n, 64), training=False)
+        with pytest.warns(UserWarning, match='2 input signatures captured'):
+            blocks(torch.randn(1, 6, 64), training=False)
+        blocks(torch.randn(1, 7, 64), training=False)  # eager, no second warning
+    assert captures == [(1, 4, 64), (1, 5, 64)]
+
+
 def test_frozen_input_with_trainable_blocks_is_a_training_signature(monkeypatch):
     """Tokens that need no gradient (a frozen embedding) still make a training
     capture while the blocks' parameters need one; all frozen, a forward-only one."""
