@@ -229,8 +229,9 @@ class _Replay(torch.autograd.Function):
         # place instead of set to None)
         grads = list(graphs.static_grads)
         live = [i for i, g in enumerate(grads) if g is not None]
-        for i, g in zip(live, torch._foreach_mul([grads[i] for i in live], 1.0)):
-            grads[i] = g
+        if live:
+            for i, g in zip(live, torch._foreach_mul([grads[i] for i in live], 1.0)):
+                grads[i] = g
         return (None, grads.pop(0) if graphs.input_grad else None, *grads)
 
 
