@@ -490,7 +490,7 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
         s_iter=statistics.median(t) / 1e3, ms_all=t,
         img_s=batch * 1e3 / statistics.median(t), peak_gib=_peak_gib(device),
         reserved_gib=_peak_reserved_gib(device), launches=launches_per_call(step, device),
-        graph_blocks=any(getattr(m, '_graphed', None) is not None
+        graph_blocks=any(getattr(m, 'uses_cuda_graphs', False)
                          for m in model.modules()))
     del step, model
     _reset_peak(device)

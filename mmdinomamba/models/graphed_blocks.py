@@ -143,7 +143,7 @@ class GraphedBlocks:
             warnings.warn(f'GraphedBlocks: capturing the blocks for input '
                           f'{tuple(tokens.shape)} failed ({str(err).splitlines()[0]}); '
                           'they run eagerly for this input')
-            return lambda x: stack(x)
+            return stack
         finally:
             torch.cuda.set_rng_state(rng, tokens.device)
 

@@ -119,8 +119,8 @@ def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
     logs = []
     model = torch.nn.ModuleDict(dict(backbone=tiny(), teacher=tiny()))
     CUDAGraphBlocksHook().before_train(Runner(model))
-    assert model['backbone']._graphed is not None
-    assert model['teacher']._graphed is not None
+    assert model['backbone'].uses_cuda_graphs
+    assert model['teacher'].uses_cuda_graphs
     assert '`backbone`' in logs[0] and '`teacher`' in logs[0]
     CUDAGraphBlocksHook().before_train(Runner(torch.nn.Linear(2, 2)))  # a ViT, say
     assert 'no module of the model (Linear)' in logs[1] and 'eagerly' in logs[1]

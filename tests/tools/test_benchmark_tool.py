@@ -135,18 +135,18 @@ def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says():
     """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
     graphed blocks (they run eagerly here, on the CPU); the row says so."""
     _, plain, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
-    assert plain.backbone._graphed is None and plain.teacher['backbone']._graphed is None
+    assert not plain.backbone.uses_cuda_graphs
+    assert not plain.teacher['backbone'].uses_cuda_graphs
     _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
                                         graph_blocks=True)
-    assert model.backbone._graphed is not None
-    assert model.teacher['backbone']._graphed is not None
+    assert model.backbone.uses_cuda_graphs and model.teacher['backbone'].uses_cuda_graphs
     hooked, hooked_model, _ = bench.build_dino_step(
         TOY_DINO, torch.device('cpu'), batch=2,
         cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
     rows = bench.run_dino_steps({'toy': TOY_DINO}, torch.device('cpu'), 0, 1, 1,
                                 host_batch=0, graph_blocks=True)
     assert rows[0]['graph_blocks'] and 'graph-blocks' in bench.format_dino_row(rows[0])
-    assert hooked_model.backbone._graphed is not None
+    assert hooked_model.backbone.uses_cuda_graphs
     assert torch.isfinite(hooked()['loss'])
 
 

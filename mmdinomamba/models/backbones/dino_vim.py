@@ -154,6 +154,11 @@ class DinoVim(PlainBackbone):
         plain inference); other calls stay eager."""
         self._graphed = GraphedBlocks(self.layers) if enabled else None
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Whether :meth:`use_cuda_graphs` switched the blocks to CUDA graphs."""
+        return self._graphed is not None
+
     def _rescale_out_proj(self):
         # GPT-2 style: each residual branch's last projection scaled by 1/sqrt(depth)
         with torch.no_grad():
