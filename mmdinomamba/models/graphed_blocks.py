@@ -155,13 +155,20 @@ _MODE = 'thread_local'
 
 def _warm_up(fn, device, warmup: int):
     """``warmup`` calls of ``fn`` on a side stream (lazy initialisations, Triton's
-    compilations and cuBLAS's workspaces happen before the capture)."""
+    compilations and cuBLAS's workspaces happen before the capture).
+
+    The caching allocator keeps what a stream freed for that stream alone: left
+    cached, a training warm-up's activations (a whole step's worth, gigabytes at
+    DINO's batch) would stay reserved for a stream nobody uses again, once per
+    signature. They are handed back before the capture."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(warmup):
             fn()
     torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
 
 
 def _capture_forward(stack: _Stack, tokens: Tensor, warmup: int):
