@@ -21,6 +21,7 @@ Every timing is the median over ``repeats`` timed runs of ``iters`` steps each,
 after ``warmup`` untimed steps, with the device synchronised around each run.
 """
 import datetime
+import gc
 import os.path as osp
 import platform
 import statistics
@@ -144,7 +145,10 @@ def _peak_reserved_gib(device: torch.device) -> Optional[float]:
 
 
 def _reset_peak(device: torch.device):
+    """Forget the peaks so far, and hand back the cache: a previous model's CUDA
+    graphs (kept alive by reference cycles until a collection) with it."""
     if device.type == 'cuda':
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -479,17 +483,30 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
     ``host_ms`` is the same step on ``host_batch`` images per view, where the GPU
     waits for the host, so its time is the host's (the issue time of the full
     step cannot be read directly: the AMP loss scaler waits for the device).
+    ``peak_gib`` and ``reserved_gib`` are the peaks over every step, the warm-up
+    (where CUDA graphs are captured) included; ``steady_reserved_gib`` the
+    reservation's peak over the timed steps alone.
     """
     step, model, batch = build_dino_step(config, device, cfg_options=cfg_options,
                                          compile_mode=compile_mode,
                                          graph_blocks=graph_blocks)
     _reset_peak(device)
-    t = time_ms(step, device, warmup, repeats, iters)
+    for _ in range(warmup):  # captures happen here, with their transient peaks
+        step()
+    synchronize(device)
+    peak, reserved = _peak_gib(device), _peak_reserved_gib(device)
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    t = time_ms(step, device, 0, repeats, iters)
     res: Dict[str, object] = dict(
         batch=batch, params_m=sum(p.numel() for p in model.parameters()) / 1e6,
         s_iter=statistics.median(t) / 1e3, ms_all=t,
-        img_s=batch * 1e3 / statistics.median(t), peak_gib=_peak_gib(device),
-        reserved_gib=_peak_reserved_gib(device), launches=launches_per_call(step, device),
+        img_s=batch * 1e3 / statistics.median(t),
+        peak_gib=max(peak, _peak_gib(device)) if peak is not None else None,
+        reserved_gib=(max(reserved, _peak_reserved_gib(device))
+                      if reserved is not None else None),
+        steady_reserved_gib=_peak_reserved_gib(device),
+        launches=launches_per_call(step, device),
         graph_blocks=any(getattr(m, 'uses_cuda_graphs', False)
                          for m in model.modules()))
     del step, model
@@ -545,14 +562,15 @@ def format_dino_row(r: dict) -> str:
     return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
-            f"{_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')}  "
-            f"{_dino_path(r)}")
+            f"{_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')} "
+            f"{_fmt(r.get('steady_reserved_gib'), '7.2f')}  {_dino_path(r)}")
 
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7} {'resGiB':>7}  compile")
+            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7} {'resGiB':>7} {'steady':>7}  "
+            "compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 
 

@@ -246,7 +246,12 @@ def _capture_training(stack: _Stack, tokens: Tensor, warmup: int):
     """A function replaying ``stack``'s forward on ``tokens``' shape, whose backward
     replays the captured backward."""
     graphs = _Graphs(stack, tokens, warmup)
-    return lambda x: _Replay.apply(graphs, x, *graphs.params)
+
+    def replay(x: Tensor) -> Tuple[Tensor, Tensor]:
+        return _Replay.apply(graphs, x, *graphs.params)
+
+    replay.graphs = graphs  # for inspection
+    return replay
 
 
 def use_cuda_graphs(model: nn.Module, enabled: bool = True) -> list:

@@ -131,13 +131,14 @@ def _cuda_triton():
     return torch.cuda.is_available() and triton_available()
 
 
-def _train_steps(model, inputs, steps, seed):
-    """Loss and gradients of ``steps`` steps (two input shapes each, fp16 autocast
-    with its weight cache on, as mmengine's AmpOptimWrapper), from ``seed``."""
+def _train_steps(model, inputs, steps, seed, set_to_none=True):
+    """Loss and gradients of ``steps`` steps (one step: every input shape, fp16
+    autocast with its weight cache on, as mmengine's AmpOptimWrapper), from
+    ``seed``."""
     torch.cuda.manual_seed(seed)
     results = []
     for _ in range(steps):
-        model.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=set_to_none)
         with torch.autocast('cuda', dtype=torch.float16):
             loss = sum(model(x)[0].float().pow(2).mean() for x in inputs)
         loss.backward()
@@ -209,3 +210,26 @@ def test_the_warm_up_hands_its_side_stream_memory_back():
 
     gb._warm_up(step, torch.device('cuda'), warmup=2)
     assert torch.cuda.memory_reserved() - before < 32 * 2**20
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.parametrize('set_to_none', [True, False])
+def test_one_signature_gradients_are_not_the_graphs_buffers(set_to_none):
+    """The backward hands autograd the backward graph's own gradient buffers; a
+    parameter's .grad must still be a tensor of its own (else the next replay would
+    rewrite it, and .grad zeroed in place would zero the graph's output): steps of
+    one shape, .grad set to None or zeroed in place between them, equal eager's."""
+    eager = tiny(drop_path_rate=0.0, layers=3).cuda().train()
+    graphed = copy.deepcopy(eager)
+    graphed.use_cuda_graphs()
+    inputs = [torch.randn(8, 3, 32, 32, device='cuda')]
+    want = _train_steps(eager, inputs, 3, seed=1, set_to_none=set_to_none)
+    got = _train_steps(graphed, inputs, 3, seed=1, set_to_none=set_to_none)
+    (replay, ) = graphed._graphed._graphs.values()
+    static = {g.data_ptr() for g in replay.graphs.static_grads if g is not None}
+    assert not static & {p.grad.data_ptr() for p in graphed.parameters()
+                         if p.grad is not None}
+    for (loss_g, grads_g), (loss_e, grads_e) in zip(got, want):
+        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
+        for g, e in zip(grads_g, grads_e):
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
