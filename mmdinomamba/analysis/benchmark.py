@@ -495,8 +495,7 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
         step()
     synchronize(device)
     peak, reserved = _peak_gib(device), _peak_reserved_gib(device)
-    if device.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats(device)
+    _reset_peak(device)  # the warm-up's cached blocks too: the timed steps reserve anew
     t = time_ms(step, device, 0, repeats, iters)
     res: Dict[str, object] = dict(
         batch=batch, params_m=sum(p.numel() for p in model.parameters()) / 1e6,
