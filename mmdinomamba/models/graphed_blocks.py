@@ -166,8 +166,7 @@ def _warm_up(fn, device, warmup: int):
     with torch.cuda.stream(side):
         for _ in range(warmup):
             fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    torch.cuda.synchronize(device)
+    torch.cuda.synchronize(device)  # every stream: the capture follows the warm-up
     torch.cuda.empty_cache()
 
 

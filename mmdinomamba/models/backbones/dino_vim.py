@@ -224,13 +224,13 @@ class DinoVim(PlainBackbone):
         """
         source = feature_source or self.feature_source
         wanted = set(indices)
-        outs: Dict[int, Tensor] = {}
         last = self.num_layers - 1
         if (self._graphed is not None and wanted == {last}
                 and self._graphed.takes(tokens)):
             h, residual = self._graphed(tokens, self.training)
-            outs[last] = self._block_output(h, residual, last, source)
-            return [outs[i] for i in indices]
+            out = self._block_output(h, residual, last, source)
+            return [out for _ in indices]
+        outs: Dict[int, Tensor] = {}
         h, residual = tokens, None
         for i, layer in enumerate(self.layers[:max(indices) + 1]):
             h, residual = layer(h, residual)
