@@ -30,9 +30,10 @@ def test_cpu_inputs_run_the_eager_blocks():
     assert model._graphed._graphs == {}  # nothing captured
 
 
-def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(monkeypatch):
-    """A fake capture (the eager stack) stands in for CUDA: what is captured when,
-    and which calls replay."""
+@pytest.fixture
+def fake_captures(monkeypatch):
+    """A fake capture (the eager stack) stands in for CUDA on any tensor: returns the
+    lists of captures ``(shape, grad)`` and of replays ``shape``, in call order."""
     captures, replays = [], []
 
     def fake_capture(self, tokens, training, grad):
@@ -46,6 +47,12 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(monkeyp
 
     monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
     monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+    return captures, replays
+
+
+def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(fake_captures):
+    """What is captured when, and which calls replay."""
+    captures, replays = fake_captures
     model = tiny(drop_path_rate=0.0).train()
     model.use_cuda_graphs()
     x, small = torch.randn(2, 3, 32, 32), torch.randn(4, 3, 16, 16)
@@ -67,15 +74,8 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(monkeyp
     assert len(captures) == 3
 
 
-def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(monkeypatch):
-    captures = []
-
-    def fake_capture(self, tokens, training, grad):
-        captures.append(tuple(tokens.shape))
-        return gb._Stack(self.layers, training)
-
-    monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
-    monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(fake_captures):
+    captures, _ = fake_captures
     blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
     with torch.no_grad():
         for n in (4, 5, 4):
@@ -83,28 +83,22 @@ def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(monkeypatch):
         with pytest.warns(UserWarning, match='2 input signatures captured'):
             blocks(torch.randn(1, 6, 64), training=False)
         blocks(torch.randn(1, 7, 64), training=False)  # eager, no second warning
-    assert captures == [(1, 4, 64), (1, 5, 64)]
+    assert [shape for shape, _ in captures] == [(1, 4, 64), (1, 5, 64)]
 
 
-def test_frozen_input_with_trainable_blocks_is_a_training_signature(monkeypatch):
+def test_frozen_input_with_trainable_blocks_is_a_training_signature(fake_captures):
     """Tokens that need no gradient (a frozen embedding) still make a training
     capture while the blocks' parameters need one; all frozen, a forward-only one."""
-    captures = []
-
-    def fake_capture(self, tokens, training, grad):
-        captures.append(grad)
-        return gb._Stack(self.layers, training)
-
-    monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
-    monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+    captures, _ = fake_captures
     model = tiny(drop_path_rate=0.0).train()
     model.use_cuda_graphs()
     tokens = torch.randn(2, 18, 64)
     model.forward_tokens(tokens, [2])[0].sum().backward()
-    assert captures == [True] and model.layers[0].norm.weight.grad is not None
+    assert [grad for _, grad in captures] == [True]
+    assert model.layers[0].norm.weight.grad is not None
     model.layers.requires_grad_(False)
     model.forward_tokens(tokens, [2])
-    assert captures == [True, False]
+    assert [grad for _, grad in captures] == [True, False]
 
 
 def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
