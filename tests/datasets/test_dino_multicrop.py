@@ -72,6 +72,14 @@ def test_blur_radius_is_drawn_per_image_in_range():
     assert abs(radii.mean() - 1.05) < 0.05 and len(np.unique(radii)) == 2000
 
 
+def test_blur_radius_can_be_scaled_to_the_image():
+    crop = DINOMultiCrop(global_size=64, local_size=32, blur_radius=(0.03, 0.57))
+    np.random.seed(0)
+    for views in (transforms_of(p) for p in crop.pipelines):
+        radii = np.array([views['GaussianBlur'].random_magnitude() for _ in range(500)])
+        assert radii.min() >= 0.03 and radii.max() <= 0.57 and np.ptp(radii) > 0.5
+
+
 def test_batches_reach_the_model_as_a_list_of_views():
     pipeline = [TRANSFORMS.build(dict(type='DINOMultiCrop', global_size=32,
                                       local_size=16, num_local_views=2)),
@@ -94,6 +102,8 @@ def test_batches_reach_the_model_as_a_list_of_views():
     (dict(num_local_views=-1), 'num_local_views'),
     (dict(local_crop_scale=(0.5, 0.1)), 'local_crop_scale'),
     (dict(global_crop_scale=(0.0, 1.0)), 'global_crop_scale'),
+    (dict(blur_radius=(1.0, 0.5)), 'blur_radius'),
+    (dict(blur_radius=(-0.1, 0.5)), 'blur_radius'),
 ])
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -22,10 +22,11 @@ def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: fl
                        solarize_prob: float, interpolation: str = 'bicubic',
                        color_jitter: Optional[dict] = None,
                        color_jitter_prob: float = COLOR_JITTER_PROB,
-                       grayscale_prob: float = GRAYSCALE_PROB) -> List[dict]:
+                       grayscale_prob: float = GRAYSCALE_PROB,
+                       blur_radius: Tuple[float, float] = BLUR_RADIUS) -> List[dict]:
     """Transform configs of one DINO view (crop, flip, colour, blur, solarise).
 
-    The blur radius is drawn uniformly from ``BLUR_RADIUS`` for every image
+    The blur radius is drawn uniformly from ``blur_radius`` for every image
     (``magnitude_std='inf'`` makes :class:`mmpretrain.GaussianBlur` draw its
     magnitude in ``[0, magnitude_level]``, mapped linearly onto the range).
 
@@ -40,6 +41,8 @@ def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: fl
         color_jitter_prob (float): probability of the colour jitter. Defaults to
             DINO's 0.8.
         grayscale_prob (float): probability of grayscale. Defaults to DINO's 0.2.
+        blur_radius (tuple[float, float]): range of the Gaussian blur's radius
+            (its sigma, in pixels of the view). Defaults to DINO's (0.1, 2.0).
 
     Returns:
         list[dict]: transform configs, scoped to mmpretrain so that they build
@@ -55,7 +58,7 @@ def dino_view_pipeline(size: int, crop_scale: Tuple[float, float], blur_prob: fl
                                  else color_jitter))]),
         dict(type='mmpretrain.RandomGrayscale', prob=grayscale_prob, keep_channels=True,
              channel_weights=(0.114, 0.587, 0.2989)),
-        dict(type='mmpretrain.GaussianBlur', magnitude_range=BLUR_RADIUS,
+        dict(type='mmpretrain.GaussianBlur', magnitude_range=tuple(blur_radius),
              magnitude_std='inf', prob=blur_prob),
     ]
     if solarize_prob > 0:
@@ -89,6 +92,11 @@ class DINOMultiCrop(MultiView):
         color_jitter_prob (float): probability of the colour jitter. Defaults to
             0.8.
         grayscale_prob (float): probability of grayscale. Defaults to 0.2.
+        blur_radius (tuple[float, float]): range of the Gaussian blur's radius in
+            pixels, drawn per view. Defaults to DINO's (0.1, 2.0), which is set
+            for 224 px global crops: on smaller images scale it with the crop
+            (e.g. ``(0.03, 0.57)`` for 64 px; a radius of 2 px wipes out a
+            pattern of 4-8 px period there).
     """
 
     def __init__(self,
@@ -100,7 +108,8 @@ class DINOMultiCrop(MultiView):
                  interpolation: str = 'bicubic',
                  color_jitter: Optional[dict] = None,
                  color_jitter_prob: float = COLOR_JITTER_PROB,
-                 grayscale_prob: float = GRAYSCALE_PROB):
+                 grayscale_prob: float = GRAYSCALE_PROB,
+                 blur_radius: Tuple[float, float] = BLUR_RADIUS):
         if global_size <= 0 or local_size <= 0:
             raise ValueError(f'DINOMultiCrop: crop sizes must be > 0, got global '
                              f'{global_size}, local {local_size}')
@@ -112,12 +121,16 @@ class DINOMultiCrop(MultiView):
             if not 0 < low <= high <= 1:
                 raise ValueError(f'DINOMultiCrop: {name} must satisfy 0 < low <= '
                                  f'high <= 1, got {(low, high)}')
+        if not 0 <= blur_radius[0] <= blur_radius[1]:
+            raise ValueError(f'DINOMultiCrop: blur_radius must satisfy 0 <= low <= '
+                             f'high, got {tuple(blur_radius)}')
         views = [('global1', global_size, global_crop_scale),
                  ('global2', global_size, global_crop_scale),
                  ('local', local_size, local_crop_scale)]
         transforms = [
             dino_view_pipeline(size, tuple(scale), *VIEW_PROBS[kind], interpolation,
-                               color_jitter, color_jitter_prob, grayscale_prob)
+                               color_jitter, color_jitter_prob, grayscale_prob,
+                               blur_radius)
             for kind, size, scale in views
         ]
         super().__init__(transforms=transforms, num_views=[1, 1, num_local_views])
