@@ -48,6 +48,7 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.DINOTeacherMomentumHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOTeacherTempHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
+    ('mmdinomamba.engine.hooks.KNNMonitorHook', 'HOOKS', PRETRAIN),
     # checkpoints written atomically, with every rank's RNG states (exact resume)
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
     # torch.compile of named submodules (the backbones), selected in the config

@@ -64,6 +64,17 @@ def schedule_options(epochs: int) -> List[str]:
     return opts
 
 
+def knn_data_options(config: str, data_root: str) -> List[str]:
+    """``--cfg-options`` that point the config's ``KNNMonitorHook`` (if it has
+    one) at ``data_root``: its bank and query loaders read the same dataset as
+    the training run."""
+    from mmengine.config import Config
+    hooks = Config.fromfile(osp.join(ROOT, config)).get('custom_hooks', [])
+    return [f'custom_hooks.{i}.{loader}.dataset.data_root={data_root}'
+            for i, hook in enumerate(hooks) if hook.get('type') == 'KNNMonitorHook'
+            for loader in ('bank_dataloader', 'query_dataloader')]
+
+
 def start_step(name: str, cmd: List[str], work_dir: str):
     """Start ``cmd`` from the repository root, logging to ``<work_dir>/<name>.log``."""
     log = osp.join(work_dir, f'{name}.log')
@@ -149,7 +160,8 @@ def main(argv=None) -> None:
 
     def train(name):
         opts = schedule_options(args.epochs) + [
-            f'train_dataloader.dataset.data_root={data_root}'] + args.cfg_options
+            f'train_dataloader.dataset.data_root={data_root}'] + \
+            knn_data_options(CONFIGS[name], data_root) + args.cfg_options
         return start_step(f'train_{name}', [python, 'tools/train.py', CONFIGS[name],
                                             '--work-dir', osp.join(work_dir, name),
                                             '--cfg-options', *opts], work_dir)

@@ -54,6 +54,19 @@ def test_schedule_options_end_every_schedule_with_the_run(script, epochs):
         script.schedule_options(0)
 
 
+def test_the_knn_monitor_reads_the_runs_data_root(script):
+    for path in script.CONFIGS.values():
+        options = script.knn_data_options(path, '/data/here')
+        assert len(options) == 2
+        cfg = merged(path, options)
+        hook, = [h for h in cfg.custom_hooks if h.type == 'KNNMonitorHook']
+        bank, query = hook.bank_dataloader.dataset, hook.query_dataloader.dataset
+        assert bank.data_root == query.data_root == '/data/here'
+        assert (bank.ann_file, query.ann_file) == ('meta/train.txt', 'meta/val.txt')
+    assert script.knn_data_options('configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py',
+                                   '/x') == []
+
+
 def test_a_failed_parallel_run_stops_the_others(tmp_path, script):
     """--parallel: when one run fails, the script exits with its log and no other
     run is left going."""
@@ -79,7 +92,14 @@ def test_cpu_run_end_to_end(tmp_path, script):
                  'train_dataloader.batch_size=8', 'train_dataloader.num_workers=0',
                  'train_dataloader.persistent_workers=False',
                  'model.backbone.arch.num_layers=2', 'model.head.out_channels=64',
-                 'model.loss.out_channels=64', 'env_cfg.dist_cfg.backend=gloo'])
+                 'model.loss.out_channels=64', 'env_cfg.dist_cfg.backend=gloo',
+                 'custom_hooks.3.bank_dataloader.num_workers=0',
+                 'custom_hooks.3.query_dataloader.num_workers=0'])
+    for name in ('vit', 'dinovim', 'linearvit'):  # the random init, then the end
+        with open(osp.join(work, f'train_{name}.log')) as f:
+            log = f.read()
+        assert 'k-NN (k=20, T=0.07) of teacher.backbone at iteration 0' in log
+        assert 'at iteration 3: top-1' in log  # 24 images, batches of 8
     with open(osp.join(work, 'report', 'report.json')) as f:
         report = json.load(f)
     names = [m['name'] for m in report['models']]

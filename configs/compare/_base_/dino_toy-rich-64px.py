@@ -52,12 +52,36 @@ param_scheduler = [
          convert_to_iter_based=True),
 ]
 train_cfg = dict(max_epochs=max_epochs)
+knn_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(64, 64)),
+    dict(type='PackInputs'),
+]
+knn_bank = dict(
+    batch_size=256,
+    num_workers=4,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    collate_fn=dict(type='default_collate'),
+    dataset=dict(type='CustomDataset', data_root=data_root, ann_file='meta/train.txt',
+                 data_prefix='train', pipeline=knn_pipeline))
+knn_query = dict(
+    batch_size=256,
+    num_workers=4,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    collate_fn=dict(type='default_collate'),
+    dataset=dict(type='CustomDataset', data_root=data_root, ann_file='meta/val.txt',
+                 data_prefix='val', pipeline=knn_pipeline))
 # about 1900 steps: the paper's 0.996 would leave the teacher near its init
 custom_hooks = [
     dict(type='DINOTeacherMomentumHook', base_momentum=0.99, final_momentum=1.0),
     dict(type='DINOTeacherTempHook', final_temp=0.04, warmup_temp=0.04,
          warmup_epochs=0),
     dict(type='DINOFreezeLastLayerHook', freeze_epochs=1),
+    # k-NN of the teacher's readout (the training images as the bank, the held-out
+    # ones as queries) before the first step (random init) and every 10 epochs;
+    # tools/run_comparison.py points both at its data root
+    dict(type='KNNMonitorHook', bank_dataloader=knn_bank, query_dataloader=knn_query,
+         interval=10),
 ]
 randomness = dict(seed=0)
 default_hooks = dict(
