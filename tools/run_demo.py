@@ -9,11 +9,17 @@
 3. extracts the teacher backbone (``tools/model_converters/extract_teacher.py``);
 4. trains a linear probe on it (``configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py``)
    and prints its top-1 accuracy on the toy validation split;
-5. prints where the checkpoints and logs are.
+5. measures the teacher and the same backbone at random init on the 200 held-out
+   images, side by side: k-NN top-1 (the training images as the bank) and
+   Binary-AUC of the last block, each with its bootstrap interval
+   (``mmdinomamba.analysis.comparison``, as ``tools/analysis/compare_mixers.py``);
+6. prints where the checkpoints and logs are.
 
 Each step's full log goes to ``<work-dir>/<step>.log``. The script fails (exit
 status 1) if a step fails, or if the DINO loss or the linear probe's training loss
-is not lower in the last epoch than in the first (see docs/dino.md, "The demo").
+is not lower in the last epoch than in the first (see docs/dino.md, "The demo"). Step
+5 reports whether the teacher beats random init; it does not fail the demo, since
+at this budget it does not (issue 19, docs/comparison.md).
 """
 import argparse
 import glob
@@ -25,7 +31,10 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+import numpy as np
+from mmengine.config import Config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py'
@@ -78,9 +87,56 @@ def loss_fell(name: str, curve: Dict[int, float]) -> str:
     return summary
 
 
+VAL_PER_CLASS = 50  # 200 held-out images for the k-NN and Binary-AUC of step 5
+
+
+def held_out_measures(config: str, teacher: Optional[str], data_root: str) -> dict:
+    """k-NN top-1 and last-block Binary-AUC (mean over heads, then images) of the
+    backbone of ``config`` (weights from ``teacher``, or random init for None) on
+    the toy val split, the training split as the k-NN bank; each a BootstrapCI."""
+    from mmdinomamba.analysis.comparison import (ModelSpec, knn_hits, load_model,
+                                                 load_split, measure_backbone)
+    from mmdinomamba.evaluation import bootstrap_ci
+    size = Config.fromfile(osp.join(ROOT, config)).model.backbone.img_size
+    bank = load_split(data_root, 'meta/train.txt', 'train', size)
+    val = load_split(data_root, 'meta/val.txt', 'val', size, mask_prefix='masks/val')
+    backbone = load_model(ModelSpec('demo', osp.join(ROOT, config), teacher))
+    train_m = measure_backbone(backbone, bank, layers=[-1], with_maps=False)
+    val_m = measure_backbone(backbone, val, layers=[-1])
+    layer, = val_m.readouts
+    hits = knn_hits(train_m, bank.labels, val_m, val.labels, layer)
+    aucs = val_m.aucs[layer][:, :-1]  # per head (the last column: the head-mean map)
+    return dict(knn=bootstrap_ci(hits),
+                auc=bootstrap_ci(np.nanmean(aucs, axis=1)),
+                num_val=len(val), num_bank=len(bank))
+
+
 def print_curve(losses: Dict[int, float]) -> None:
     print('      epoch: ' + ' '.join(f'{e:>5d}' for e in losses))
     print('      loss:  ' + ' '.join(f'{v:5.2f}' for v in losses.values()))
+
+
+def side_by_side(random_init: dict, dino: dict) -> str:
+    """Two lines: k-NN top-1 (%) and Binary-AUC, random init then teacher."""
+    def ci(c, scale):
+        return (f'{scale * c.mean:6.{1 if scale > 1 else 3}f} '
+                f'[{scale * c.low:.{1 if scale > 1 else 3}f}, '
+                f'{scale * c.high:.{1 if scale > 1 else 3}f}]')
+    return (f'      k-NN top-1 (%, bank: {dino["num_bank"]} training images): random '
+            f'init {ci(random_init["knn"], 100)}, DINO teacher {ci(dino["knn"], 100)}\n'
+            f'      Binary-AUC (last block):               random init '
+            f'{ci(random_init["auc"], 1)}, DINO teacher {ci(dino["auc"], 1)}')
+
+
+def verdict(random_init: dict, dino: dict) -> str:
+    """Whether the teacher beats random init on each measure, intervals apart."""
+    words = []
+    for key, name in (('knn', 'k-NN'), ('auc', 'Binary-AUC')):
+        r, d = random_init[key], dino[key]
+        words.append(f'{name}: ' + ('beats random init' if d.low > r.high else
+                                    'does not beat random init beyond the intervals'))
+    return ('DINO teacher ' + '; '.join(words) +
+            ' (docs/comparison.md: no CPU-minute recipe has beaten it on both yet)')
 
 
 def main(argv=None):
@@ -95,15 +151,13 @@ def main(argv=None):
     python = sys.executable
 
     sys.path.insert(0, ROOT)
-    from mmengine.config import Config
-
     from mmdinomamba.datasets import make_toy_dataset
     num_prototypes = Config.fromfile(osp.join(ROOT, DINO_CONFIG)).model.head.out_channels
     start = time.time()
-    make_toy_dataset(data_root)
+    make_toy_dataset(data_root, val_per_class=VAL_PER_CLASS, overwrite=True)
     with open(osp.join(data_root, 'classes.txt')) as f:
         num_classes = len(f.read().split())
-    print(f'[1/4] toy dataset: {data_root} ({num_classes} classes) '
+    print(f'[1/5] toy dataset: {data_root} ({num_classes} classes) '
           f'[{time.time() - start:.0f} s]')
 
     dino_dir = osp.join(work_dir, 'dino')
@@ -111,7 +165,7 @@ def main(argv=None):
     seconds = run_step('dino', [python, 'tools/train.py', DINO_CONFIG, '--work-dir',
                                 dino_dir, '--cfg-options', *data_opts], work_dir)
     losses = epoch_losses(read_scalars(dino_dir))
-    print(f'[2/4] DINO pretraining ({DINO_CONFIG}) [{seconds:.0f} s]')
+    print(f'[2/5] DINO pretraining ({DINO_CONFIG}) [{seconds:.0f} s]')
     print_curve(losses)
     ckpts = sorted(glob.glob(osp.join(dino_dir, 'epoch_*.pth')),
                    key=lambda p: int(osp.basename(p)[6:-4]))
@@ -121,7 +175,7 @@ def main(argv=None):
     teacher = osp.join(work_dir, 'dinovim-toy_dino-teacher.pth')
     run_step('extract_teacher', [python, 'tools/model_converters/extract_teacher.py',
                                  ckpts[-1], teacher], work_dir)
-    print(f'[3/4] teacher backbone of {osp.relpath(ckpts[-1], ROOT)} -> '
+    print(f'[3/5] teacher backbone of {osp.relpath(ckpts[-1], ROOT)} -> '
           f'{osp.relpath(teacher, ROOT)}')
 
     probe_dir = osp.join(work_dir, 'linear_probe')
@@ -137,10 +191,17 @@ def main(argv=None):
     records = read_scalars(probe_dir)
     probe_losses = epoch_losses(records)
     accuracies = [r['accuracy/top1'] for r in records if 'accuracy/top1' in r]
-    print(f'[4/4] linear probe ({PROBE_CONFIG}) [{seconds:.0f} s]')
+    print(f'[4/5] linear probe ({PROBE_CONFIG}) [{seconds:.0f} s]')
     print_curve(probe_losses)
     print(f'      top-1 on the toy val split: {accuracies[-1]:.1f} % '
           f'(chance {100 / num_classes:.0f} %)')
+
+    start = time.time()
+    random_init = held_out_measures(DINO_CONFIG, None, data_root)
+    dino = held_out_measures(DINO_CONFIG, teacher, data_root)
+    print(f'[5/5] teacher against the same backbone at random init, '
+          f'{dino["num_val"]} held-out images [{time.time() - start:.0f} s]')
+    print(side_by_side(random_init, dino))
 
     print('\nCheckpoints:')
     print(f'  DINO (student, teacher, centre, optimizer): {osp.relpath(ckpts[-1], ROOT)}')
@@ -158,6 +219,7 @@ def main(argv=None):
         print(loss_fell(name, curve))
     print(f'(DINO: log K = {math.log(num_prototypes):.2f} is the loss of a uniform '
           'teacher and student)')
+    print(verdict(random_init, dino))
 
 
 if __name__ == '__main__':

@@ -22,3 +22,41 @@ def test_loss_fell_compares_first_and_last_epoch(demo):
             demo.loss_fell('DINO', curve)
     with pytest.raises(SystemExit, match='no probe loss was logged'):
         demo.loss_fell('probe', {})
+
+
+def test_the_verdict_needs_intervals_apart(demo):
+    from mmdinomamba.evaluation import BootstrapCI
+    random_init = dict(knn=BootstrapCI(0.30, 0.25, 0.35, 200),
+                       auc=BootstrapCI(0.50, 0.49, 0.51, 200), num_bank=64, num_val=200)
+    apart = dict(knn=BootstrapCI(0.45, 0.38, 0.52, 200),
+                 auc=BootstrapCI(0.55, 0.53, 0.57, 200), num_bank=64, num_val=200)
+    overlapping = dict(apart, knn=BootstrapCI(0.40, 0.34, 0.46, 200))
+    assert demo.verdict(random_init, apart).startswith(
+        'DINO teacher k-NN: beats random init; Binary-AUC: beats random init')
+    assert 'k-NN: does not beat random init beyond the intervals; Binary-AUC: beats' \
+        in demo.verdict(random_init, overlapping)
+    lines = demo.side_by_side(random_init, apart).splitlines()
+    assert '30.0 [25.0, 35.0]' in lines[0] and '45.0 [38.0, 52.0]' in lines[0]
+    assert '0.500 [0.490, 0.510]' in lines[1] and '0.550 [0.530, 0.570]' in lines[1]
+
+
+def test_held_out_measures_on_a_tiny_toy_set(demo, tmp_path):
+    """Step 5 on a few images: the k-NN and AUC it reports are the comparison
+    library's (tested against brute force and sklearn there)."""
+    from mmdinomamba.analysis.comparison import (ModelSpec, knn_hits, load_model,
+                                                 load_split, measure_backbone)
+    from mmdinomamba.datasets import make_toy_dataset
+    root = str(tmp_path / 'toy')
+    make_toy_dataset(root, num_classes=2, train_per_class=6, val_per_class=3, size=64,
+                     formats=['imagenet'])
+    got = demo.held_out_measures(demo.DINO_CONFIG, None, root)
+    assert (got['num_val'], got['num_bank']) == (6, 12)
+    bank = load_split(root, 'meta/train.txt', 'train', 64)
+    val = load_split(root, 'meta/val.txt', 'val', 64)
+    import os.path as osp
+    model = load_model(ModelSpec('x', osp.join(demo.ROOT, demo.DINO_CONFIG), None))
+    a = measure_backbone(model, bank, layers=[-1], with_maps=False)
+    b = measure_backbone(model, val, layers=[-1], with_maps=False)
+    hits = knn_hits(a, bank.labels, b, val.labels, next(iter(b.readouts)))
+    assert got['knn'].mean == pytest.approx(hits.mean())
+    assert 0 <= got['auc'].low <= got['auc'].mean <= got['auc'].high <= 1
