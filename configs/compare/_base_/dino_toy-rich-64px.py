@@ -64,13 +64,8 @@ knn_bank = dict(
     collate_fn=dict(type='default_collate'),
     dataset=dict(type='CustomDataset', data_root=data_root, ann_file='meta/train.txt',
                  data_prefix='train', pipeline=knn_pipeline))
-knn_query = dict(
-    batch_size=256,
-    num_workers=4,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='default_collate'),
-    dataset=dict(type='CustomDataset', data_root=data_root, ann_file='meta/val.txt',
-                 data_prefix='val', pipeline=knn_pipeline))
+knn_query = dict(knn_bank, dataset=dict(knn_bank['dataset'], ann_file='meta/val.txt',
+                                        data_prefix='val'))
 # about 1900 steps: the paper's 0.996 would leave the teacher near its init
 custom_hooks = [
     dict(type='DINOTeacherMomentumHook', base_momentum=0.99, final_momentum=1.0),
