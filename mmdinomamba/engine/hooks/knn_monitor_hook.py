@@ -19,7 +19,8 @@ class KNNMonitorHook(Hook):
     vote of the ``k`` nearest bank images with temperature ``temperature``): the
     images of ``bank_dataloader`` (with labels) are the bank, and those of
     ``query_dataloader`` are classified. It runs before the first step when
-    ``before_train`` is set, which measures the random initialisation, and after
+    ``before_train`` is set, which measures the random initialisation (a resumed
+run: the checkpoint it resumes from), and after
     every ``interval`` epochs. The batches go through the model's data
     preprocessor, then ``module`` (by default the DINO teacher's backbone), in eval
     mode without gradients. The last output is the feature, (batch, dim).
