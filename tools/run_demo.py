@@ -31,9 +31,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-import numpy as np
 from mmengine.config import Config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -90,25 +89,24 @@ def loss_fell(name: str, curve: Dict[int, float]) -> str:
 VAL_PER_CLASS = 50  # 200 held-out images for the k-NN and Binary-AUC of step 5
 
 
-def held_out_measures(config: str, teacher: Optional[str], data_root: str) -> dict:
-    """k-NN top-1 and last-block Binary-AUC (mean over heads, then images) of the
-    backbone of ``config`` (weights from ``teacher``, or random init for None) on
-    the toy val split, the training split as the k-NN bank; each a BootstrapCI."""
-    from mmdinomamba.analysis.comparison import (ModelSpec, knn_hits, load_model,
-                                                 load_split, measure_backbone)
-    from mmdinomamba.evaluation import bootstrap_ci
-    size = Config.fromfile(osp.join(ROOT, config)).model.backbone.img_size
+def held_out_measures(config: str, teacher: str, data_root: str) -> List[dict]:
+    """The backbone of ``config`` at random init, then with the ``teacher``
+    weights, measured by :func:`mmdinomamba.analysis.comparison.compare_models` on
+    the toy val split (the training split as the k-NN bank): per model ``knn``
+    (top-1) and ``auc`` (last block, mean over heads, then images), each a
+    BootstrapCI, and ``num_val`` / ``num_bank``."""
+    from mmdinomamba.analysis.comparison import ModelSpec, compare_models, load_split
+    from mmdinomamba.evaluation import BootstrapCI
+    path = osp.join(ROOT, config)
+    size = Config.fromfile(path).model.backbone.img_size
     bank = load_split(data_root, 'meta/train.txt', 'train', size)
     val = load_split(data_root, 'meta/val.txt', 'val', size, mask_prefix='masks/val')
-    backbone = load_model(ModelSpec('demo', osp.join(ROOT, config), teacher))
-    train_m = measure_backbone(backbone, bank, layers=[-1], with_maps=False)
-    val_m = measure_backbone(backbone, val, layers=[-1])
-    layer, = val_m.readouts
-    hits = knn_hits(train_m, bank.labels, val_m, val.labels, layer)
-    aucs = val_m.aucs[layer][:, :-1]  # per head (the last column: the head-mean map)
-    return dict(knn=bootstrap_ci(hits),
-                auc=bootstrap_ci(np.nanmean(aucs, axis=1)),
-                num_val=len(val), num_bank=len(bank))
+    report = compare_models([ModelSpec('random init', path, None),
+                             ModelSpec('DINO teacher', path, teacher)], bank, val,
+                            rank_images=0, progress=False)
+    return [dict(knn=BootstrapCI(**m['knn']),
+                 auc=BootstrapCI(**m['auc_by_layer'][-1]['auc']),
+                 num_val=len(val), num_bank=len(bank)) for m in report['models']]
 
 
 def print_curve(losses: Dict[int, float]) -> None:
@@ -119,9 +117,9 @@ def print_curve(losses: Dict[int, float]) -> None:
 def side_by_side(random_init: dict, dino: dict) -> str:
     """Two lines: k-NN top-1 (%) and Binary-AUC, random init then teacher."""
     def ci(c, scale):
-        return (f'{scale * c.mean:6.{1 if scale > 1 else 3}f} '
-                f'[{scale * c.low:.{1 if scale > 1 else 3}f}, '
-                f'{scale * c.high:.{1 if scale > 1 else 3}f}]')
+        digits = 1 if scale > 1 else 3
+        return (f'{scale * c.mean:6.{digits}f} [{scale * c.low:.{digits}f}, '
+                f'{scale * c.high:.{digits}f}]')
     return (f'      k-NN top-1 (%, bank: {dino["num_bank"]} training images): random '
             f'init {ci(random_init["knn"], 100)}, DINO teacher {ci(dino["knn"], 100)}\n'
             f'      Binary-AUC (last block):               random init '
@@ -197,8 +195,7 @@ def main(argv=None):
           f'(chance {100 / num_classes:.0f} %)')
 
     start = time.time()
-    random_init = held_out_measures(DINO_CONFIG, None, data_root)
-    dino = held_out_measures(DINO_CONFIG, teacher, data_root)
+    random_init, dino = held_out_measures(DINO_CONFIG, teacher, data_root)
     print(f'[5/5] teacher against the same backbone at random init, '
           f'{dino["num_val"]} held-out images [{time.time() - start:.0f} s]')
     print(side_by_side(random_init, dino))

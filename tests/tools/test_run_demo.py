@@ -43,20 +43,27 @@ def test_the_verdict_needs_intervals_apart(demo):
 def test_held_out_measures_on_a_tiny_toy_set(demo, tmp_path):
     """Step 5 on a few images: the k-NN and AUC it reports are the comparison
     library's (tested against brute force and sklearn there)."""
+    import os.path as osp
+
+    import torch
     from mmdinomamba.analysis.comparison import (ModelSpec, knn_hits, load_model,
                                                  load_split, measure_backbone)
     from mmdinomamba.datasets import make_toy_dataset
     root = str(tmp_path / 'toy')
     make_toy_dataset(root, num_classes=2, train_per_class=6, val_per_class=3, size=64,
                      formats=['imagenet'])
-    got = demo.held_out_measures(demo.DINO_CONFIG, None, root)
-    assert (got['num_val'], got['num_bank']) == (6, 12)
+    config = osp.join(demo.ROOT, demo.DINO_CONFIG)
+    teacher = str(tmp_path / 'teacher.pth')
+    torch.manual_seed(1)  # another init than the random one (seed 0)
+    torch.save(load_model(ModelSpec('t', config, None), seed=1).state_dict(), teacher)
+    random_init, dino = demo.held_out_measures(demo.DINO_CONFIG, teacher, root)
     bank = load_split(root, 'meta/train.txt', 'train', 64)
     val = load_split(root, 'meta/val.txt', 'val', 64)
-    import os.path as osp
-    model = load_model(ModelSpec('x', osp.join(demo.ROOT, demo.DINO_CONFIG), None))
-    a = measure_backbone(model, bank, layers=[-1], with_maps=False)
-    b = measure_backbone(model, val, layers=[-1], with_maps=False)
-    hits = knn_hits(a, bank.labels, b, val.labels, next(iter(b.readouts)))
-    assert got['knn'].mean == pytest.approx(hits.mean())
-    assert 0 <= got['auc'].low <= got['auc'].mean <= got['auc'].high <= 1
+    for got, checkpoint in ((random_init, None), (dino, teacher)):
+        assert (got['num_val'], got['num_bank']) == (6, 12)
+        model = load_model(ModelSpec('x', config, checkpoint))
+        a = measure_backbone(model, bank, layers=[-1], with_maps=False)
+        b = measure_backbone(model, val, layers=[-1], with_maps=False)
+        hits = knn_hits(a, bank.labels, b, val.labels, next(iter(b.readouts)))
+        assert got['knn'].mean == pytest.approx(hits.mean())
+        assert 0 <= got['auc'].low <= got['auc'].mean <= got['auc'].high <= 1
