@@ -1,8 +1,8 @@
 """The small comparison recipe: softmax, Mamba-2 and linear attention side by side.
 
-    python tools/run_comparison.py [--work-dir work_dirs/compare] [--epochs 40]
+    python tools/run_comparison.py [--work-dir work_dirs/compare] [--epochs 20]
         [--data-root data/toy_rich_compare] [--device cuda]
-        [--train-per-class 500] [--val-per-class 25] [--parallel]
+        [--train-per-class 500] [--val-per-class 100] [--parallel]
         [--cfg-options K=V ...]
 
 1. generates the rich toy data (12 shape-and-texture classes, 64 px, with masks;
@@ -38,9 +38,9 @@ from typing import List
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = {
-    'vit': 'configs/compare/dino_vit-d192-l12-p8_1xb128-40e_toy-rich.py',
-    'dinovim': 'configs/compare/dino_dinovim-d192-l12-p8_1xb128-40e_toy-rich.py',
-    'linearvit': 'configs/compare/dino_linearvit-d192-l12-p8_1xb128-40e_toy-rich.py',
+    'vit': 'configs/compare/dino_vit-d192-l12-p8_1xb128-20e_toy-rich.py',
+    'dinovim': 'configs/compare/dino_dinovim-d192-l12-p8_1xb128-20e_toy-rich.py',
+    'linearvit': 'configs/compare/dino_linearvit-d192-l12-p8_1xb128-20e_toy-rich.py',
 }
 NUM_CLASSES = 12
 IMAGE_SIZE = 64
@@ -126,9 +126,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default='work_dirs/compare')
     parser.add_argument('--data-root', default='data/toy_rich_compare')
-    parser.add_argument('--epochs', type=int, default=40)
+    parser.add_argument('--epochs', type=int, default=20)
     parser.add_argument('--train-per-class', type=int, default=500)
-    parser.add_argument('--val-per-class', type=int, default=25)
+    parser.add_argument('--val-per-class', type=int, default=100)
     parser.add_argument('--models', nargs='+', choices=sorted(CONFIGS),
                         default=list(CONFIGS), help='which recipes to run')
     parser.add_argument('--device', default='cuda',

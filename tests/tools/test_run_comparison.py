@@ -41,6 +41,17 @@ def test_configs_share_everything_but_the_backbone(script):
         'mmpretrain.VisionTransformer', 'DinoVim', 'LinearViT'}
 
 
+def test_blur_is_dinos_range_scaled_to_the_crops(script):
+    from mmdinomamba.datasets.transforms.dino_multicrop import BLUR_RADIUS
+    cfg = Config.fromfile(osp.join(REPO, script.CONFIGS['vit']))
+    crop, = [t for t in cfg.train_pipeline if t['type'] == 'DINOMultiCrop']
+    # DINO's range is set for 224 px global crops; ours are 64 px
+    scale = crop['global_size'] / 224
+    assert crop['blur_radius'] == pytest.approx([r * scale for r in BLUR_RADIUS],
+                                                abs=0.005)
+    assert cfg.train_dataloader.dataset.pipeline == cfg.train_pipeline
+
+
 @pytest.mark.parametrize('epochs', [1, 7, 40])
 def test_schedule_options_end_every_schedule_with_the_run(script, epochs):
     cfg = merged(script.CONFIGS['vit'], script.schedule_options(epochs))
