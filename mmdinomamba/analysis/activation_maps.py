@@ -12,17 +12,23 @@ the SSD mixer, ``num_heads`` of attention); x^g is group g of x::
 
 ``num_heads=1`` gives the cosine over all channels.
 
-``method='attention'`` (attention mixers: mmpretrain's softmax
-``MultiheadAttention`` and our ``LinearAttention``). DINO's attention map: the
-readout query's row of each head's mixing matrix M, at the patch keys::
+``method='attention'`` (any backbone). The readout token's row of each head's
+token-mixing matrix M (``Y = M X``, :mod:`mmdinomamba.analysis.mixing`) at the
+patch tokens: how much the readout reads from each patch::
 
     map_g[j] = M_g[readout, patch_j]
 
-M is computed by :func:`mmdinomamba.analysis.mixing.mixing_matrices` from the
-block's normed input with the module's own qkv projection and logit scale; for
-softmax attention M_g = softmax(Q_g K_g^T * s) with s = head_dims ** -0.5 in
-mmpretrain's default. Each full row of M sums to 1, so the patch entries sum to
-1 minus the weight on the prefix tokens. Several readout tokens average their rows.
+For attention mixers (mmpretrain's softmax ``MultiheadAttention`` and our
+``LinearAttention``) this is DINO's attention map. M is computed by
+:func:`mmdinomamba.analysis.mixing.mixing_matrices` from the block's normed input
+with the module's own qkv projection and logit scale; for softmax attention
+M_g = softmax(Q_g K_g^T * s) with s = head_dims ** -0.5 in mmpretrain's default.
+Each full row of M sums to 1, so the patch entries sum to 1 minus the weight on
+the prefix tokens. For the SSD mixer M is the bidirectional ``'combined'``
+matrix (the forward one for a unidirectional mixer), M_ij = L_ij (C_i . B_j) dt_j
+averaged over the two directions: the "hidden attention" of a Mamba block. Its
+entries are signed and its rows do not sum to 1; the map keeps them as they are.
+Several readout tokens average their rows.
 
 In both cases the mean map is the average of the head maps::
 
@@ -48,7 +54,7 @@ import torch.nn.functional as F
 
 from mmdinomamba.models.backbones import TokenLayout
 from .adapters import as_backbone, as_mixer, eval_no_grad, normalise_layers
-from .mixing import mixing_matrices
+from .mixing import mixer_info, mixing_matrices
 
 Tensor = torch.Tensor
 
@@ -56,7 +62,7 @@ METHODS = ('cosine', 'attention')
 ATTENTION_KINDS = ('softmax', 'linear')
 
 __all__ = [
-    'ATTENTION_KINDS', 'METHODS', 'ActivationMaps', 'activation_maps',
+    'ATTENTION_KINDS', 'METHODS', 'ActivationMaps', 'activation_maps', 'attention_rows',
     'cosine_similarity_maps', 'feature_sources', 'layer_activation_maps',
     'layer_tokens', 'token_layout', 'upsample_maps'
 ]
@@ -187,28 +193,36 @@ def _num_heads(api, index: int, dim: int, num_heads: Optional[int]) -> int:
     return heads
 
 
-def _attention_rows(api, images: Tensor, indices: Sequence[int]) -> Dict[int, Tensor]:
-    """The readout row of each head's attention matrix at the patch keys.
+def _row_key(mixer: nn.Module) -> str:
+    """The matrix of ``mixing_matrices`` whose readout row is the attention map."""
+    info = mixer_info(mixer)
+    if info.kind in ATTENTION_KINDS:
+        return 'attention'
+    return 'combined' if 'combined' in info.keys else 'forward'
+
+
+def attention_rows(api, images: Tensor, indices: Sequence[int]) -> Dict[int, Tensor]:
+    """The readout row of each head's mixing matrix at the patch tokens (the
+    ``method='attention'`` maps on the patch grid; eval mode, no gradients).
+
+    Args:
+        api: the backbone API (:func:`~.adapters.as_backbone`).
+        images (Tensor): (batch, channels, height, width), normalised.
+        indices (Sequence[int]): non-negative block indices.
 
     Returns:
         dict: block index -> (batch, heads, h, w).
     """
-    for i in indices:
-        kind = as_mixer(api.token_mixer(i)).mixing_info().kind
-        if kind not in ATTENTION_KINDS:
-            raise ValueError(f"method='attention' needs an attention mixer "
-                             f'({ATTENTION_KINDS}); layer {i} of '
-                             f"{type(getattr(api, 'module', api)).__name__} mixes "
-                             f"with '{kind}': use method='cosine'")
     with eval_no_grad(api):
         out = api.forward_intermediates(images, indices, mixer_inputs=True)
     layout = out.layout
     rows = {}
     for i in indices:
         u = out.mixer_inputs[i]
-        matrix = mixing_matrices(api.token_mixer(i), u,
+        mixer = api.token_mixer(i)
+        matrix = mixing_matrices(mixer, u,
                                  dtype=torch.promote_types(u.dtype, torch.float32))
-        row = matrix['attention'][:, :, layout.readout].mean(dim=2)
+        row = matrix[_row_key(mixer)][:, :, layout.readout].mean(dim=2)
         rows[i] = row[..., layout.patches].reshape(*row.shape[:2], *layout.hw)
     return rows
 
@@ -250,7 +264,7 @@ def layer_activation_maps(backbone: nn.Module,
         if num_heads is not None or feature_source is not None:
             raise ValueError("method='attention' reads the mixer's own heads and "
                              'input: num_heads and feature_source must be None')
-        grids = _attention_rows(api, images, indices)
+        grids = attention_rows(api, images, indices)
     else:
         tokens, layout = layer_tokens(api, images, indices, feature_source)
         grids = {}

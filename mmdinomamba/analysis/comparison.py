@@ -7,10 +7,12 @@ image of a split and each requested block it keeps
 - the readout feature r (the [CLS] token, or the register mean: the backbone's
   ``cls_token`` output at the last block), (dim,);
 - the Binary-AUC (:func:`mmdinomamba.evaluation.binary_auc`, exact, the
-  default of :class:`~mmdinomamba.evaluation.BinaryAUC`) of the cosine
-  activation map of every head and of the head-mean map, upsampled bilinearly to
-  the image, against the image's foreground (label not in ``background_indices``,
-  default 0; ``ignore_index`` pixels left out).
+  default of :class:`~mmdinomamba.evaluation.BinaryAUC`) of each kind of
+  activation map asked for (``map_methods``, :mod:`.activation_maps`: the
+  'cosine' map of the readout against the patches, or the 'attention' map, the
+  readout's row of the mixing matrix) of every head and of the head-mean map,
+  upsampled bilinearly to the image, against the image's foreground (label not in
+  ``background_indices``, default 0; ``ignore_index`` pixels left out).
 
 k-NN accuracy (:func:`mmdinomamba.evaluation.knn_accuracy`) classifies the
 validation readouts of a block against the training readouts of the same block.
@@ -32,8 +34,9 @@ import torch
 import torch.nn as nn
 from mmengine.utils import ProgressBar
 
-from mmdinomamba.evaluation import binary_auc, foreground_mask, knn_accuracy
-from .activation_maps import cosine_similarity_maps, upsample_maps
+from mmdinomamba.evaluation import binary_auc_batch, foreground_mask, knn_accuracy
+from .activation_maps import (METHODS, attention_rows, cosine_similarity_maps,
+                              upsample_maps)
 from .adapters import as_backbone, eval_no_grad, normalise_layers
 from .images import DEFAULT_PREPROCESSOR
 from .mixing import mixer_info
@@ -72,12 +75,12 @@ class Measurement:
 
     Attributes:
         readouts (dict): block index -> (num_images, dim) float32 readout features.
-        aucs (dict, optional): block index -> (num_images, heads + 1) float64
-            Binary-AUC of each head's map then of the head-mean map (nan for an
-            image without foreground or background); None without label maps.
+        aucs (dict, optional): map method -> block index -> (num_images, heads + 1)
+            float64 Binary-AUC of each head's map then of the head-mean map (nan
+            for an image without foreground or background); None without maps.
     """
     readouts: Dict[int, Tensor]
-    aucs: Optional[Dict[int, np.ndarray]]
+    aucs: Optional[Dict[str, Dict[int, np.ndarray]]]
 
 
 def _resized_box(h: int, w: int, size: int):
@@ -207,12 +210,9 @@ def map_aucs(maps: Tensor, label_maps: Tensor,
         np.ndarray: (batch, num_maps) float64, nan for an image whose valid
         foreground or background is empty.
     """
-    out = np.empty(maps.shape[:2])
-    for b, (image_maps, labels) in enumerate(zip(maps, label_maps)):
-        fg, valid = foreground_mask(labels, background_indices, ignore_index)
-        for j, m in enumerate(image_maps):
-            out[b, j] = binary_auc(m, fg, valid)
-    return out
+    fg, valid = foreground_mask(label_maps.to(maps.device), background_indices,
+                                ignore_index)
+    return binary_auc_batch(maps, fg, valid).cpu().numpy()
 
 
 def measure_backbone(backbone: nn.Module,
@@ -221,7 +221,8 @@ def measure_backbone(backbone: nn.Module,
                      with_maps: bool = True,
                      batch_size: int = 32,
                      device: str = 'cpu',
-                     progress: bool = False) -> Measurement:
+                     progress: bool = False,
+                     map_methods: Sequence[str] = ('cosine', )) -> Measurement:
     """Readout features and Binary-AUCs of every image at every requested block.
 
     Args:
@@ -234,40 +235,56 @@ def measure_backbone(backbone: nn.Module,
         batch_size (int): images per forward pass. Defaults to 32.
         device (str): 'cpu' or 'cuda[:i]'. Defaults to 'cpu'.
         progress (bool): show an mmengine ProgressBar over the images.
+        map_methods (Sequence[str]): activation maps to score, each of
+            ``activation_maps.METHODS``. Defaults to ('cosine', ).
 
     Returns:
-        Measurement: readouts (float32, on the CPU) and AUCs per block.
+        Measurement: readouts (float32, on the CPU) and AUCs per method and block.
     """
     if with_maps and split.label_maps is None:
         raise ValueError('with_maps=True needs a split with label maps (mask_prefix)')
+    _check_methods(map_methods)
     backbone = backbone.to(device)
     api = as_backbone(backbone)
     depth = api.num_layers
     indices = normalise_layers(range(depth) if layers is None else layers, depth)
     readouts: Dict[int, List[Tensor]] = {i: [] for i in indices}
-    aucs: Dict[int, List[np.ndarray]] = {i: [] for i in indices}
+    aucs = {m: {i: [] for i in indices} for m in map_methods}
     bar = ProgressBar(len(split)) if progress else None
     for start in range(0, len(split), batch_size):
         x = split.images[start:start + batch_size].to(device)
         tokens, layout = _features(api, x, indices)
+        grids = {'cosine': {}}
         for i, t in tokens.items():
             readout = t[:, layout.readout].mean(dim=1).float()
             readouts[i].append(readout.cpu())
-            if not with_maps:
-                continue
-            grid = cosine_similarity_maps(readout, t[:, layout.patches].float(),
-                                          layout.hw, _num_heads(api, i, t.shape[-1]))
-            maps = upsample_maps(grid, x.shape[-2:]).cpu()
-            maps = torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)
-            aucs[i].append(map_aucs(maps, split.label_maps[start:start + batch_size]))
+            if with_maps and 'cosine' in map_methods:
+                grids['cosine'][i] = cosine_similarity_maps(
+                    readout, t[:, layout.patches].float(), layout.hw,
+                    _num_heads(api, i, t.shape[-1]))
+        if with_maps and 'attention' in map_methods:
+            grids['attention'] = attention_rows(api, x, indices)
+        for method in (map_methods if with_maps else ()):
+            for i, grid in grids[method].items():
+                maps = upsample_maps(grid.float(), x.shape[-2:])
+                maps = torch.cat([maps, maps.mean(dim=1, keepdim=True)], dim=1)
+                aucs[method][i].append(
+                    map_aucs(maps, split.label_maps[start:start + batch_size]))
         if bar is not None:
             for _ in range(x.shape[0]):
                 bar.update()
     if bar is not None:
         print()
     return Measurement({i: torch.cat(v) for i, v in readouts.items()},
-                       {i: np.concatenate(v) for i, v in aucs.items()}
-                       if with_maps else None)
+                       {m: {i: np.concatenate(v) for i, v in a.items()}
+                        for m, a in aucs.items()} if with_maps else None)
+
+
+def _check_methods(methods: Sequence[str]) -> None:
+    if isinstance(methods, str) or not methods or len(set(methods)) != len(methods) \
+            or any(m not in METHODS for m in methods):
+        raise ValueError(f'map_methods must be distinct names from {METHODS}, '
+                         f'got {methods!r}')
 
 
 def knn_hits(train: Measurement, train_labels: Tensor, val: Measurement,
@@ -465,7 +482,8 @@ def compare_models(specs: Sequence[ModelSpec],
                    seed: int = 0,
                    batch_size: int = 32,
                    device: str = 'cpu',
-                   progress: bool = True) -> dict:
+                   progress: bool = True,
+                   map_methods: Sequence[str] = ('cosine', )) -> dict:
     """Measure every model on the same images; the content of the report.
 
     Args:
@@ -482,13 +500,17 @@ def compare_models(specs: Sequence[ModelSpec],
         batch_size (int): images per forward pass. Defaults to 32.
         device (str): 'cpu' or 'cuda[:i]'. Defaults to 'cpu'.
         progress (bool): mmengine progress bars. Defaults to True.
+        map_methods (Sequence[str]): the activation maps scored by Binary-AUC
+            (``activation_maps.METHODS``); the first is the headline one.
+            Defaults to ('cosine', ).
 
     Returns:
         dict: ``meta`` and ``models``: one dict per model with ``knn`` (last
         block, a :class:`BootstrapCI` dict), ``knn_by_layer``, ``probe`` (or
-        None), ``auc_by_layer`` (per block: ``auc`` mean over heads,
-        ``mean_map_auc``, ``heads``), ``ranks`` (:func:`rank_by_layer`) and
-        ``map_images`` (the head-mean maps of the first validation images at the
+        None), ``auc_by_method`` (method -> per block: ``auc`` mean over heads,
+        ``mean_map_auc``, ``heads``), ``auc_by_layer`` (that of the first
+        method), ``ranks`` (:func:`rank_by_layer`) and ``map_images`` (the
+        head-mean maps of the first method on the first validation images at the
         last block, (num, size, size) float32, for the figure).
     """
     from mmdinomamba.evaluation import bootstrap_ci
@@ -498,6 +520,7 @@ def compare_models(specs: Sequence[ModelSpec],
     if val.label_maps is None:
         raise ValueError('the validation split needs label maps (mask_prefix) for '
                          'Binary-AUC')
+    _check_methods(map_methods)
 
     def ci(values):
         return bootstrap_ci(values, num_resamples=num_resamples, seed=seed).as_dict()
@@ -511,17 +534,17 @@ def compare_models(specs: Sequence[ModelSpec],
                                    batch_size=batch_size, device=device,
                                    progress=progress)
         val_m = measure_backbone(backbone, val, batch_size=batch_size, device=device,
-                                 progress=progress)
+                                 progress=progress, map_methods=map_methods)
         layers = sorted(val_m.readouts)
         knn_by_layer = {i: ci(knn_hits(train_m, train.labels, val_m, val.labels, i,
                                        k, temperature)) for i in layers}
-        auc_by_layer = []
-        for i in layers:
-            a = val_m.aucs[i]
-            auc_by_layer.append(dict(
+        auc_by_method = {}
+        for method, by_layer in val_m.aucs.items():
+            auc_by_method[method] = [dict(
                 layer=i, auc=ci(np.nanmean(a[:, :-1], axis=1)),
                 mean_map_auc=ci(a[:, -1]),
-                heads=[float(np.nanmean(a[:, h])) for h in range(a.shape[1] - 1)]))
+                heads=[float(np.nanmean(a[:, h])) for h in range(a.shape[1] - 1)])
+                for i, a in sorted(by_layer.items())]
         probe = None
         if spec.probe_config is not None or spec.probe_checkpoint is not None:
             probe = ci(probe_hits(spec, val, batch_size, device))
@@ -532,30 +555,35 @@ def compare_models(specs: Sequence[ModelSpec],
             for row in ranks:
                 for name in ('rank', 'effective_rank', 'offdiag_rank_max'):
                     row[f'{name}_ci'] = ci(row[name])
-        last_maps = measure_maps(backbone, val.images[:4].to(device))
+        last_maps = measure_maps(backbone, val.images[:4].to(device), map_methods[0])
         models.append(dict(
             name=spec.name, config=spec.config, checkpoint=spec.checkpoint,
             probe_config=spec.probe_config, probe_checkpoint=spec.probe_checkpoint,
             type=type(backbone).__name__, depth=len(layers),
             kind=mixer_info(as_backbone(backbone).token_mixer(0)).kind,
             knn=knn_by_layer[layers[-1]], knn_by_layer=knn_by_layer, probe=probe,
-            auc_by_layer=auc_by_layer, ranks=ranks, map_images=last_maps))
+            auc_by_method=auc_by_method, auc_by_layer=auc_by_method[map_methods[0]],
+            ranks=ranks, map_images=last_maps))
         backbone.cpu()
     meta = dict(num_train=len(train), num_val=len(val), image_size=list(
         val.images.shape[-2:]), k=k, temperature=temperature, rank_images=rank_images,
         chunk=chunk, num_resamples=num_resamples, seed=seed, level=0.95,
-        device=device, map_paths=val.paths[:4])
+        device=device, map_paths=val.paths[:4], map_methods=list(map_methods))
     return dict(meta=meta, models=models)
 
 
-def measure_maps(backbone: nn.Module, images: Tensor) -> np.ndarray:
-    """Head-mean cosine activation maps of the last block, image size.
+def measure_maps(backbone: nn.Module, images: Tensor,
+                 method: str = 'cosine') -> np.ndarray:
+    """Head-mean activation maps (``method``) of the last block, image size.
 
     Returns:
         np.ndarray: (num_images, height, width) float32.
     """
     api = as_backbone(backbone)
     last = api.num_layers - 1
+    if method == 'attention':
+        grid = attention_rows(api, images, [last])[last].float()
+        return upsample_maps(grid, images.shape[-2:]).mean(dim=1).cpu().numpy()
     tokens, layout = _features(api, images, [last])
     t = tokens[last].float()
     readout = t[:, layout.readout].mean(dim=1)

@@ -3,16 +3,18 @@
 Files under ``out_dir`` (each written atomically: a complete file or none):
 
 - ``report.json``: everything measured (no image arrays);
-- ``report.md``: one table of the models side by side (k-NN, probe, Binary-AUC of
-  the last block and the best block), per-layer Binary-AUC and rank tables, and
-  links to the figures;
+- ``report.md``: one table of the models side by side (k-NN, probe, and for each
+  kind of activation map the Binary-AUC of the last block and the best block),
+  per-layer Binary-AUC and rank tables, and links to the figures;
 - ``auc_vs_depth.png``: Binary-AUC (mean over heads) against block index, every
-  model on one axis, with its 95 % bootstrap band over images;
+  model on one axis (one panel per kind of map), with its 95 % bootstrap band
+  over images;
 - ``rank_vs_depth.png``: global rank, effective rank and largest off-diagonal block
   rank of the mixing matrix against block index, every model, with bands and the
   bounds (dashed);
 - ``activation_maps.png``: the same validation images (rows), their masks, and
-  each model's head-mean activation map of its last block (columns).
+  each model's head-mean activation map of its last block (columns), of the
+  first kind of map.
 
 matplotlib (Agg) is imported only when drawing.
 """
@@ -29,6 +31,20 @@ from .figures import pyplot, save_figure
 __all__ = ['format_markdown', 'write_comparison_report']
 
 FIGURES = ('auc_vs_depth.png', 'rank_vs_depth.png', 'activation_maps.png')
+MAP_WORDS = {
+    'cosine': 'the cosine map of the readout token against every patch',
+    'attention': "the readout's row of the mixing matrix at the patches (softmax "
+                 'and linear attention: the attention map; SSD: the bidirectional '
+                 "'combined' matrix)",
+}
+
+
+def _methods(results: dict) -> List[str]:
+    return list(results['meta'].get('map_methods', ['cosine']))
+
+
+def _auc_rows(m: dict, method: str) -> List[dict]:
+    return m.get('auc_by_method', {'cosine': m['auc_by_layer']})[method]
 
 
 def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
@@ -41,35 +57,44 @@ def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
 def format_markdown(results: dict, title: str = 'Token mixers side by side') -> str:
     """The Markdown report (see the module docstring)."""
     meta = results['meta']
+    methods = _methods(results)
+    maps = '; '.join(f'*{k}*: {MAP_WORDS[k]}' for k in methods)
+    auc_heads = ''.join(f'Binary-AUC ({k} map), last block | best block | '
+                        for k in methods)
     lines = [f'# {title}', '',
              f'{meta["num_val"]} validation images with masks, {meta["num_train"]} '
              f'training images as the k-NN bank, {meta["image_size"][0]} px. '
              f'k-NN: cosine, k = {meta["k"]}, T = {meta["temperature"]}, on the last '
-             'block\'s readout. Binary-AUC: cosine map of the readout token against '
-             'every patch, per head, exact AUC, mean over heads then over images. '
+             f'block\'s readout. Binary-AUC of activation maps ({maps}), per '
+             'head, exact AUC, mean over heads then over images. '
              f'Intervals: {int(meta["level"] * 100)} % percentile bootstrap over '
              f'images ({meta["num_resamples"]} resamples, seed {meta["seed"]}). '
              f'Ranks: on {meta["rank_images"]} images, chunk c = {meta["chunk"]}.',
              '', '| model | mixer | checkpoint | k-NN top-1 | linear probe top-1 | '
-             'Binary-AUC, last block | Binary-AUC, best block |',
-             '|---|---|---|---|---|---|---|']
+             f'{auc_heads}',
+             '|---|---|---|---|---|' + '---|---|' * len(methods)]
     for m in results['models']:
-        best = max(m['auc_by_layer'], key=lambda r: r['auc']['mean'])
+        cells = ''
+        for k in methods:
+            rows = _auc_rows(m, k)
+            best = max(rows, key=lambda r: r['auc']['mean'])
+            cells += (f'{_ci(rows[-1]["auc"])} | '
+                      f'{_ci(best["auc"])} (block {best["layer"]}) | ')
         lines.append(
             f'| {m["name"]} | {m["kind"]} | {m["checkpoint"] or "random init"} | '
-            f'{_ci(m["knn"], 100, 1)} | {_ci(m["probe"], 100, 1)} | '
-            f'{_ci(m["auc_by_layer"][-1]["auc"])} | '
-            f'{_ci(best["auc"])} (block {best["layer"]}) |')
-    lines += ['', '![Binary-AUC against depth](auc_vs_depth.png)', '',
-              '## Binary-AUC by block (mean over heads; head-mean map; heads)', '']
-    for m in results['models']:
-        lines += [f'### {m["name"]}', '', '| block | AUC | head-mean map AUC | '
-                  'per head |', '|---|---|---|---|']
-        for r in m['auc_by_layer']:
-            heads = ', '.join(f'{h:.3f}' for h in r['heads'])
-            lines.append(f'| {r["layer"]} | {_ci(r["auc"])} | '
-                         f'{_ci(r["mean_map_auc"])} | {heads} |')
-        lines.append('')
+            f'{_ci(m["knn"], 100, 1)} | {_ci(m["probe"], 100, 1)} | {cells}')
+    lines += ['', '![Binary-AUC against depth](auc_vs_depth.png)', '']
+    for k in methods:
+        lines += [f'## Binary-AUC by block, {k} map (mean over heads; head-mean '
+                  'map; heads)', '']
+        for m in results['models']:
+            lines += [f'### {m["name"]}', '', '| block | AUC | head-mean map AUC | '
+                      'per head |', '|---|---|---|---|']
+            for r in _auc_rows(m, k):
+                heads = ', '.join(f'{h:.3f}' for h in r['heads'])
+                lines.append(f'| {r["layer"]} | {_ci(r["auc"])} | '
+                             f'{_ci(r["mean_map_auc"])} | {heads} |')
+            lines.append('')
     if any(m['ranks'] for m in results['models']):
         lines += ['## Mixing-matrix ranks by block', '',
                   'Mean over heads and images; the bounds are the paper\'s '
@@ -89,7 +114,7 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
                     f'{r["offdiag_bound_algebra"]} / {r["offdiag_bound_paper"]} | '
                     f'{"yes" if r["within_bounds"] else "NO"} |')
         lines.append('')
-    lines += ['## Activation maps of the same images', '',
+    lines += [f'## Activation maps of the same images ({methods[0]} map)', '',
               '![Activation maps](activation_maps.png)', '',
               'Images: ' + ', '.join(meta['map_paths']), '']
     return '\n'.join(lines)
@@ -111,17 +136,21 @@ def _band(ax, xs, cis, label, colour):
 
 def plot_auc_vs_depth(results: dict, path: str) -> None:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    methods = _methods(results)
+    fig, axes = plt.subplots(1, len(methods), figsize=(6 * len(methods), 4),
+                             squeeze=False)
     colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
-    for n, m in enumerate(results['models']):
-        rows = m['auc_by_layer']
-        _band(ax, [r['layer'] for r in rows], [r['auc'] for r in rows], m['name'],
-              colours[n % len(colours)])
-    ax.axhline(0.5, color='grey', linestyle=':', linewidth=1)
-    ax.set_xlabel('block')
-    ax.set_ylabel('Binary-AUC (mean over heads)')
-    ax.set_title('Binary-AUC against depth (95 % bootstrap band)')
-    ax.legend(fontsize=8)
+    for ax, method in zip(axes[0], methods):
+        for n, m in enumerate(results['models']):
+            rows = _auc_rows(m, method)
+            _band(ax, [r['layer'] for r in rows], [r['auc'] for r in rows],
+                  m['name'], colours[n % len(colours)])
+        ax.axhline(0.5, color='grey', linestyle=':', linewidth=1)
+        ax.set_xlabel('block')
+        ax.set_ylabel('Binary-AUC (mean over heads)')
+        ax.set_title(f'{method} map: Binary-AUC against depth (95 % band)',
+                     fontsize=9)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
 

@@ -40,7 +40,7 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import MMLogger
 
 __all__ = [
-    'BinaryAUC', 'binary_auc', 'foreground_mask', 'roc_curve',
+    'BinaryAUC', 'binary_auc', 'binary_auc_batch', 'foreground_mask', 'roc_curve',
     'threshold_error_bound'
 ]
 
@@ -209,6 +209,74 @@ def binary_auc(score_map: torch.Tensor,
     if torch.isnan(fpr[0]) or torch.isnan(tpr[0]):
         return float('nan')
     return float(torch.trapezoid(tpr, fpr))
+
+
+def binary_auc_batch(score_maps: torch.Tensor,
+                     fg_mask: torch.Tensor,
+                     valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Exact Binary-AUC of many maps at once: ``binary_auc(thresholds=None)`` of
+    every map, on the maps' device (one sort, no Python loop over maps).
+
+    The same Mann-Whitney count as :func:`binary_auc`, per row of pixels: sort each
+    map, cut it into groups of equal score, and sum
+    ``fg_g * (bg_below_g + bg_g / 2)`` over the groups, where ``bg_below_g`` counts
+    the background pixels of lower groups of the same map. Ignored pixels count in
+    neither class.
+
+    Args:
+        score_maps (Tensor): (batch, num_maps, height, width), several maps of
+            each image. Must be finite on valid pixels.
+        fg_mask (Tensor): (batch, height, width) bool, True = foreground, shared by
+            the maps of an image.
+        valid (Tensor, optional): (batch, height, width) bool, False = ignored
+            pixel. Defaults to all True.
+
+    Returns:
+        Tensor: (batch, num_maps) float64, nan where an image's valid foreground
+        or background is empty.
+    """
+    if score_maps.dim() != 4 or score_maps.shape[:1] + score_maps.shape[2:] != \
+            fg_mask.shape:
+        raise ValueError(f'score_maps must be (batch, num_maps, height, width) with '
+                         f'fg_mask (batch, height, width); got '
+                         f'{tuple(score_maps.shape)} and {tuple(fg_mask.shape)}')
+    if valid is None:
+        valid = torch.ones_like(fg_mask, dtype=torch.bool)
+    elif valid.shape != fg_mask.shape:
+        raise ValueError(f'valid shape {tuple(valid.shape)} differs from '
+                         f'fg_mask shape {tuple(fg_mask.shape)}')
+    batch, num_maps = score_maps.shape[:2]
+    fg, valid = fg_mask.bool().to(score_maps.device), valid.bool().to(score_maps.device)
+    scored = valid[:, None].expand_as(score_maps)
+    if not torch.isfinite(score_maps[scored]).all():
+        raise ValueError('score_maps hold non-finite values (nan or inf) on scored '
+                         'pixels')
+    rows = batch * num_maps
+    # ignored pixels get a finite score and weight 0 in both classes
+    scores = torch.where(scored, score_maps, 0).reshape(rows, -1)
+    is_fg = (fg & valid)[:, None].expand_as(score_maps).reshape(rows, -1)
+    is_bg = (~fg & valid)[:, None].expand_as(score_maps).reshape(rows, -1)
+    scores, order = scores.sort(dim=1)
+    is_fg, is_bg = is_fg.gather(1, order).long(), is_bg.gather(1, order).long()
+    starts = torch.ones_like(scores, dtype=torch.bool)
+    starts[:, 1:] = scores[:, 1:] != scores[:, :-1]
+    group = starts.reshape(-1).cumsum(0) - 1  # global ids, rows one after another
+    num_groups = int(group[-1]) + 1
+    fg_g = torch.zeros(num_groups, dtype=torch.long, device=scores.device)
+    fg_g.index_add_(0, group, is_fg.reshape(-1))
+    bg_g = torch.zeros_like(fg_g).index_add_(0, group, is_bg.reshape(-1))
+    row_of_group = torch.arange(rows, device=scores.device).repeat_interleave(
+        starts.sum(1))
+    below = bg_g.cumsum(0) - bg_g  # background of all earlier groups, any row
+    first = group.reshape(rows, -1)[:, 0]
+    bg_below = below - below[first][row_of_group]
+    # doubled to stay in integers: 2 * wins + ties
+    twice_wins = torch.zeros(rows, dtype=torch.long, device=scores.device)
+    twice_wins.index_add_(0, row_of_group, fg_g * (2 * bg_below + bg_g))
+    num_fg, num_bg = is_fg.sum(1), is_bg.sum(1)
+    auc = twice_wins.double() / (2.0 * num_fg * num_bg)
+    auc[(num_fg == 0) | (num_bg == 0)] = float('nan')
+    return auc.reshape(batch, num_maps)
 
 
 def _pairs_sharing(keys: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

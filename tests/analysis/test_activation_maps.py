@@ -175,6 +175,37 @@ def test_attention_row_reproduces_the_attention_output(kind):
     assert full.heads.shape == (2, HEADS[kind], *IMAGE)
 
 
+@pytest.mark.parametrize('kind', ['dinovim', 'dinovim-reg'])
+def test_ssd_attention_map_is_the_readout_row_of_the_combined_matrix(kind):
+    """Per pixel: the mean over readout tokens r of (M_f + M_b)[r, p_ij] / 2."""
+    from mmdinomamba.analysis import mixing_matrices
+    model = tiny(kind).double()
+    x = images(dtype=torch.float64)
+    mixer = model.token_mixer(1)
+    seen = {}
+    handle = mixer.register_forward_hook(lambda m, args, out: seen.update(u=args[0]))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    mats = mixing_matrices(mixer, seen['u'])
+    layout = token_layout(model, x)
+    maps = activation_maps(model, x, method='attention', upsample=False)
+    grid = (IMAGE[0] // PATCH, IMAGE[1] // PATCH)
+    assert maps.heads.shape == (2, HEADS[kind], *grid)
+    for b in range(2):
+        for g in range(HEADS[kind]):
+            for i in range(grid[0]):
+                for j in range(grid[1]):
+                    p = layout.patches[i * grid[1] + j]
+                    f, bw = mats['forward'][b, g], mats['backward'][b, g]
+                    entries = [(f[r, p] + bw[r, p]) / 2 for r in layout.readout]
+                    expected = float(sum(entries) / len(entries))
+                    assert maps.heads[b, g, i, j].item() == pytest.approx(
+                        expected, rel=1e-9, abs=1e-12)
+    # signed: the SSD row is not a probability distribution
+    assert (maps.heads < 0).any() and (maps.heads > 0).any()
+
+
 def test_bad_inputs_raise():
     vim = tiny('dinovim')
     bad = images()
@@ -183,7 +214,6 @@ def test_bad_inputs_raise():
         (lambda: activation_maps(vim, bad), 'NaN'),
         (lambda: activation_maps(vim, images()[0]), r'\(batch, channels'),
         (lambda: activation_maps(vim, images(), method='gradcam'), 'cosine'),
-        (lambda: activation_maps(vim, images(), method='attention'), 'attention mixer'),
         (lambda: activation_maps(vim, images(), layer=2), 'out of range'),
         (lambda: activation_maps(vim, images(), num_heads=3), 'num_heads'),
         (lambda: activation_maps(vim, images(), feature_source='stream'), 'mixer'),

@@ -87,8 +87,45 @@ def test_features_and_auc_match_forward_and_sklearn(data, configs, name):
         for j in range(heads + 1):
             expected = sklearn_metrics.roc_auc_score(fg, maps[b, j].reshape(-1).numpy())
             # float32 maps computed in two orders: ties may split differently
-            assert m.aucs[last][b, j] == pytest.approx(expected, abs=2e-3)
-    assert m.aucs[last].shape == (len(val), heads + 1)
+            assert m.aucs['cosine'][last][b, j] == pytest.approx(expected, abs=2e-3)
+    assert m.aucs['cosine'][last].shape == (len(val), heads + 1)
+    assert list(m.aucs) == ['cosine']
+
+
+@pytest.mark.parametrize('name', sorted(MODELS))
+def test_attention_auc_matches_the_mixing_matrix_row_and_sklearn(data, configs, name):
+    sklearn_metrics = pytest.importorskip('sklearn.metrics')
+    _, _, val = data
+    backbone = load_model(ModelSpec(name, configs[name]))
+    m = measure_backbone(backbone, val, [0, -1], batch_size=5,
+                         map_methods=('attention', 'cosine'))
+    assert list(m.aucs) == ['attention', 'cosine']
+    api = as_backbone(backbone)
+    last = api.num_layers - 1
+    # independent route: the materialised float64 matrix, the readout's row,
+    # patches in raster order; 'combined' = the mean of the two SSD directions
+    mixer = copy.deepcopy(api.token_mixer(last)).double()
+    u = capture_mixer_inputs(backbone, val.images, [last])[last].double()
+    mats = mixing_matrices(mixer, u, torch.float64)
+    M = mats['attention'] if name == 'linearvit' else \
+        (mats['forward'] + mats['backward']) / 2
+    with torch.no_grad():
+        layout = api.forward_intermediates(val.images[:1], [last]).layout
+    h, w = layout.hw
+    row = M[:, :, layout.readout].mean(2)[..., layout.patches]
+    maps = F.interpolate(row.reshape(*row.shape[:2], h, w).float(), size=(SIZE, SIZE),
+                         mode='bilinear', align_corners=False)
+    maps = torch.cat([maps, maps.mean(1, keepdim=True)], 1)
+    for b in range(len(val)):
+        fg = (val.label_maps[b] > 0).reshape(-1).numpy()
+        for j in range(maps.shape[1]):
+            expected = sklearn_metrics.roc_auc_score(fg, maps[b, j].reshape(-1).numpy())
+            # float32 against float64 maps: near-ties may order differently
+            assert m.aucs['attention'][last][b, j] == pytest.approx(expected, abs=2e-3)
+    with pytest.raises(ValueError, match='map_methods'):
+        measure_backbone(backbone, val, map_methods=('gradcam', ))
+    with pytest.raises(ValueError, match='map_methods'):
+        measure_backbone(backbone, val, map_methods='cosine')
 
 
 def test_knn_hits_match_brute_force(data, configs):
@@ -181,16 +218,24 @@ def test_compare_models_and_cli_report(tmp_path, data, configs, load_tool):
     # the report holds what compare_models measures, on the same seed
     direct = compare_models([ModelSpec('vim', configs['dinovim'])], train, val,
                             rank_images=1, chunk=4, num_resamples=50,
-                            progress=False)['models'][0]
+                            progress=False, map_methods=('attention', 'cosine'))
+    assert report['meta']['map_methods'] == ['attention', 'cosine']
+    direct = direct['models'][0]
     assert report['models'][0]['knn'] == pytest.approx(direct['knn'])
-    assert report['models'][0]['auc_by_layer'][1]['auc'] == \
-        pytest.approx(direct['auc_by_layer'][1]['auc'])
+    for method in ('attention', 'cosine'):
+        assert report['models'][0]['auc_by_method'][method][1]['auc'] == \
+            pytest.approx(direct['auc_by_method'][method][1]['auc'])
+    # the headline is the first method (the CLI's default: attention)
+    assert report['models'][0]['auc_by_layer'] == report['models'][0][
+        'auc_by_method']['attention']
     for name in ('report.md', 'auc_vs_depth.png', 'rank_vs_depth.png',
                  'activation_maps.png'):
         assert osp.getsize(osp.join(out, name)) > 0
     with open(osp.join(out, 'report.md')) as f:
         text = f.read()
     assert '| vim | ssd |' in text and '| lin | linear |' in text
+    assert 'Binary-AUC (attention map), last block' in text
+    assert '## Binary-AUC by block, cosine map' in text
     ci = report['models'][1]['knn']
     assert ci['low'] <= ci['mean'] <= ci['high'] and ci['num'] == len(val)
 

@@ -20,8 +20,8 @@ from mmengine.structures import BaseDataElement, PixelData
 from PIL import Image
 from sklearn.metrics import roc_auc_score
 
-from mmdinomamba.evaluation import (BinaryAUC, binary_auc, foreground_mask,
-                                    roc_curve, threshold_error_bound)
+from mmdinomamba.evaluation import (BinaryAUC, binary_auc, binary_auc_batch,
+                                    foreground_mask, roc_curve, threshold_error_bound)
 
 SIZE = 24
 
@@ -57,6 +57,38 @@ def test_exact_equals_sklearn(seed, levels):
     assert binary_auc(score, mask) == pytest.approx(expected, abs=1e-9)
     # float32 maps and 0/1 integer masks are accepted too
     assert binary_auc(score.float(), mask.long()) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize('levels', [None, 3])
+def test_batch_equals_sklearn_and_the_single_map_function(levels):
+    """Several maps per image, ties, ignored pixels and an image without
+    foreground: every entry against sklearn on the valid pixels."""
+    cases = [random_case(seed, levels) for seed in range(8)]
+    maps = torch.stack([c[0] for c in cases]).reshape(4, 2, SIZE, SIZE)
+    g = torch.Generator().manual_seed(9)
+    fg = torch.rand(4, SIZE, SIZE, generator=g) < 0.4
+    valid = torch.rand(4, SIZE, SIZE, generator=g) > 0.2
+    fg[3] = False  # no foreground: nan
+    maps[0, 1][~valid[0]] = float('nan')  # ignored pixels may hold anything
+    out = binary_auc_batch(maps, fg, valid)
+    assert out.shape == (4, 2) and out.dtype == torch.float64
+    for b in range(3):
+        keep = valid[b].numpy().ravel()
+        for j in range(2):
+            expected = roc_auc_score(fg[b].numpy().ravel()[keep],
+                                     maps[b, j].numpy().ravel()[keep])
+            assert out[b, j].item() == pytest.approx(expected, abs=1e-12)
+            assert out[b, j].item() == binary_auc(maps[b, j], fg[b], valid[b])
+    assert torch.isnan(out[3]).all()
+    # without `valid`, every pixel is scored
+    clean = maps.nan_to_num(0.0)
+    full = binary_auc_batch(clean, fg)
+    assert full[1, 0].item() == pytest.approx(
+        roc_auc_score(fg[1].numpy().ravel(), clean[1, 0].numpy().ravel()), abs=1e-12)
+    with pytest.raises(ValueError, match='non-finite'):
+        binary_auc_batch(maps, fg)
+    with pytest.raises(ValueError, match='num_maps'):
+        binary_auc_batch(maps[0], fg)
 
 
 @pytest.mark.parametrize('levels', [None, 5])

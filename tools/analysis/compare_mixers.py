@@ -12,7 +12,10 @@ and ``activation_maps.png`` to ``--out-dir`` (see docs/comparison.md)::
 Each ``--model NAME CONFIG CHECKPOINT`` is a backbone (``model.backbone`` or
 ``model`` of CONFIG) with weights from CHECKPOINT, or ``random`` for its seeded
 random initialisation. ``--probe NAME PROBE_CONFIG PROBE_CHECKPOINT`` adds the
-linear-probe accuracy of model NAME. The data are an ImageNet-style split: an
+linear-probe accuracy of model NAME. ``--maps`` picks the activation maps that
+Binary-AUC scores ('attention': the readout's row of the mixing matrix; 'cosine':
+the readout's cosine with every patch; both by default, the first is the headline
+one). The data are an ImageNet-style split: an
 annotation file of ``<path> <class id>`` lines, an image prefix and, for the
 validation split, label maps at the same relative paths under a mask prefix.
 """
@@ -21,6 +24,7 @@ import sys
 
 from mmengine.config import DictAction
 
+from mmdinomamba.analysis.activation_maps import METHODS
 from mmdinomamba.analysis.comparison import ModelSpec, compare_models, load_split
 from mmdinomamba.analysis.comparison_report import display, write_comparison_report
 
@@ -57,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--device', default='cpu', help="'cpu' or 'cuda[:i]'")
+    parser.add_argument('--maps', nargs='+', choices=METHODS,
+                        default=['attention', 'cosine'],
+                        help='activation maps scored by Binary-AUC (the first is '
+                        'the headline and the figure of maps)')
     parser.add_argument('--title', default='Token mixers side by side')
     parser.add_argument('--no-progress', action='store_true')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -95,14 +103,16 @@ def main(argv=None) -> None:
             rank_images=args.rank_images, chunk=args.chunk,
             num_resamples=args.num_resamples, seed=args.seed,
             batch_size=args.batch_size, device=args.device,
-            progress=not args.no_progress)
+            progress=not args.no_progress, map_methods=args.maps)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f'compare_mixers: {err}')
     paths = write_comparison_report(results, args.out_dir, display(val.images[:4]),
                                     val.label_maps[:4].numpy(), args.title)
     for m in results['models']:
+        aucs = ', '.join(f'{k} {rows[-1]["auc"]["mean"]:.3f}'
+                         for k, rows in m['auc_by_method'].items())
         print(f'{m["name"]:>16}: k-NN {100 * m["knn"]["mean"]:.1f} %, Binary-AUC '
-              f'(last block) {m["auc_by_layer"][-1]["auc"]["mean"]:.3f}')
+              f'(last block) {aucs}')
     print('report: ' + ', '.join(sorted(paths.values())))
 
 
