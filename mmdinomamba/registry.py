@@ -49,6 +49,8 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.DINOTeacherTempHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.DINOFreezeLastLayerHook', 'HOOKS', PRETRAIN),
     ('mmdinomamba.engine.hooks.KNNMonitorHook', 'HOOKS', PRETRAIN),
+    # the weights a run starts from (its own random init, for comparisons)
+    ('mmdinomamba.engine.hooks.InitialWeightsHook', 'HOOKS', ALL),
     # checkpoints written atomically, with every rank's RNG states (exact resume)
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
     # torch.compile of named submodules (the backbones), selected in the config

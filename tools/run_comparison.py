@@ -12,9 +12,13 @@
    ``tools/train.py``, each for ``--epochs`` (the schedule follows, see
    :func:`schedule_options`), one after the other or, with ``--parallel``, at the
    same time;
-3. extracts each teacher backbone (``tools/model_converters/extract_teacher.py``);
+3. extracts each teacher backbone (``tools/model_converters/extract_teacher.py``),
+   and the teacher of ``init.pth``, the weights the run started from
+   (``InitialWeightsHook`` in the configs);
 4. runs ``tools/analysis/compare_mixers.py`` on the three teachers and the same
-   three backbones at random init, writing the report to ``<work-dir>/report``.
+   three backbones at their own random init (``init.pth``; a run without one
+   gets a fresh draw of the config's initialisation, ``random``), writing the
+   report to ``<work-dir>/report``.
 
 ``--cfg-options`` go to every training run (after the epochs options), e.g. a CPU
 check with a tiny budget::
@@ -177,26 +181,37 @@ def main(argv=None) -> None:
         else:
             for name in args.models:
                 report(name, finish_step(train(name)))
-    models = []
-    for name in args.models:
-        ckpt = latest_checkpoint(osp.join(work_dir, name))
-        teacher = osp.join(work_dir, f'{name}_teacher.pth')
-        run_step(f'extract_{name}', [python, 'tools/model_converters/extract_teacher.py',
-                                     ckpt, teacher], work_dir)
+    def extract(name, ckpt, suffix):
+        teacher = osp.join(work_dir, f'{name}_{suffix}.pth')
+        run_step(f'extract_{name}_{suffix}',
+                 [python, 'tools/model_converters/extract_teacher.py', ckpt, teacher],
+                 work_dir)
         print(f'[teacher] {name}: {osp.relpath(ckpt, work_dir)} -> '
               f'{osp.relpath(teacher, work_dir)}', flush=True)
-        models.append((name, teacher))
+        return teacher
+
+    models = []
+    for name in args.models:
+        teacher = extract(name, latest_checkpoint(osp.join(work_dir, name)), 'teacher')
+        init = osp.join(work_dir, name, 'init.pth')
+        if osp.isfile(init):
+            init = extract(name, init, 'init')
+        else:
+            print(f'[teacher] {name}: no {osp.relpath(init, work_dir)}; random init '
+                  'is a fresh draw of the config\'s initialisation', flush=True)
+            init = 'random'
+        models.append((name, teacher, init))
 
     compare = [python, 'tools/analysis/compare_mixers.py', '--out-dir',
                osp.join(work_dir, 'report'), '--data-root', data_root,
                '--img-size', str(IMAGE_SIZE), '--device', args.device,
                '--rank-images', str(args.rank_images), '--no-progress']
-    for name, teacher in models:
+    for name, teacher, init in models:
         # the tool reads model.backbone from the training config (with any
         # architecture override, the random init must match the teacher)
         config = CONFIGS[name]
         compare += ['--model', f'{name}-dino', config, teacher,
-                    '--model', f'{name}-random', config, 'random']
+                    '--model', f'{name}-random', config, init]
     arch_opts = [o for o in args.cfg_options if o.startswith('model.backbone.')]
     if arch_opts:
         compare += ['--cfg-options', *arch_opts]

@@ -4,8 +4,8 @@ from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
                           teardown_distributed)
 from .hooks import (CompileModulesHook, CUDAGraphBlocksHook, DINOFreezeLastLayerHook,
-                    DINOTeacherMomentumHook, DINOTeacherTempHook, KNNMonitorHook,
-                    ResumableCheckpointHook)
+                    DINOTeacherMomentumHook, DINOTeacherTempHook, InitialWeightsHook,
+                    KNNMonitorHook, ResumableCheckpointHook)
 from .optimizers import (GroupedOptimWrapperConstructor, LayerDecayOptimWrapperConstructor,
                          PerParamClipAmpOptimWrapper, PerParamClipOptimWrapper)
 from .pretrained import check_pretrained_checkpoints
@@ -14,7 +14,7 @@ from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
 
 __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesHook',
            'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
-           'GroupedOptimWrapperConstructor', 'KNNMonitorHook',
+           'GroupedOptimWrapperConstructor', 'InitialWeightsHook', 'KNNMonitorHook',
            'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
            'PerParamClipOptimWrapper', 'ResumableCheckpointHook',
            'allow_mmengine_checkpoint_types', 'check_pretrained_checkpoints',

@@ -1,6 +1,7 @@
 """The small comparison recipe: its configs, its epochs knob, and a CPU run."""
 import json
 import os.path as osp
+import re
 
 import pytest
 from mmengine.config import Config, DictAction
@@ -106,16 +107,24 @@ def test_cpu_run_end_to_end(tmp_path, script):
                  'model.loss.out_channels=64', 'env_cfg.dist_cfg.backend=gloo',
                  'custom_hooks.3.bank_dataloader.num_workers=0',
                  'custom_hooks.3.query_dataloader.num_workers=0'])
+    with open(osp.join(work, 'report', 'report.json')) as f:
+        report = json.load(f)
+    models = {m['name']: m for m in report['models']}
+    assert list(models) == ['vit-dino', 'vit-random', 'dinovim-dino', 'dinovim-random',
+                            'linearvit-dino', 'linearvit-random']
     for name in ('vit', 'dinovim', 'linearvit'):  # the random init, then the end
         with open(osp.join(work, f'train_{name}.log')) as f:
             log = f.read()
-        assert 'k-NN (k=20, T=0.07) of teacher.backbone at iteration 0' in log
+        start = re.search(r'k-NN \(k=20, T=0.07\) of teacher.backbone at iteration 0: '
+                          r'top-1 ([0-9.]+) %', log)
+        assert start is not None
         assert 'at iteration 3: top-1' in log  # 24 images, batches of 8
-    with open(osp.join(work, 'report', 'report.json')) as f:
-        report = json.load(f)
-    names = [m['name'] for m in report['models']]
-    assert names == ['vit-dino', 'vit-random', 'dinovim-dino', 'dinovim-random',
-                     'linearvit-dino', 'linearvit-random']
+        # "random init" is the run's own start (InitialWeightsHook's init.pth):
+        # the tool's k-NN of it equals the hook's at iteration 0, same images
+        random = models[f'{name}-random']
+        assert random['checkpoint'] == osp.join(work, f'{name}_init.pth')
+        assert 100 * random['knn']['mean'] == pytest.approx(float(start.group(1)),
+                                                            abs=0.006)
     assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear'}
     assert all(m['depth'] == 2 for m in report['models'])
     assert report['meta']['num_val'] == 12

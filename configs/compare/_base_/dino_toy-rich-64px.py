@@ -80,6 +80,9 @@ custom_hooks = [
     # tools/run_comparison.py points both at its data root
     dict(type='KNNMonitorHook', bank_dataloader=knn_bank, query_dataloader=knn_query,
          interval=10),
+    # <work_dir>/init.pth: the weights the run starts from, the comparison's
+    # "random init" rows (tools/run_comparison.py)
+    dict(type='InitialWeightsHook'),
 ]
 randomness = dict(seed=0)
 default_hooks = dict(

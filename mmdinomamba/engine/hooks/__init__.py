@@ -3,9 +3,10 @@ from .cuda_graph_hook import CUDAGraphBlocksHook
 from .dino_freeze_last_layer_hook import DINOFreezeLastLayerHook
 from .dino_teacher_momentum_hook import DINOTeacherMomentumHook
 from .dino_teacher_temp_hook import DINOTeacherTempHook
+from .initial_weights_hook import InitialWeightsHook
 from .knn_monitor_hook import KNNMonitorHook
 from .resumable_checkpoint_hook import ResumableCheckpointHook
 
 __all__ = ['CUDAGraphBlocksHook', 'CompileModulesHook', 'DINOFreezeLastLayerHook',
-           'DINOTeacherMomentumHook', 'DINOTeacherTempHook', 'KNNMonitorHook',
-           'ResumableCheckpointHook']
+           'DINOTeacherMomentumHook', 'DINOTeacherTempHook', 'InitialWeightsHook',
+           'KNNMonitorHook', 'ResumableCheckpointHook']
