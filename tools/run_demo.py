@@ -9,9 +9,11 @@
 3. extracts the teacher backbone (``tools/model_converters/extract_teacher.py``);
 4. trains a linear probe on it (``configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py``)
    and prints its top-1 accuracy on the toy validation split;
-5. measures the teacher and the same backbone at random init on the 200 held-out
-   images, side by side: k-NN top-1 (the training images as the bank) and
-   Binary-AUC of the last block, each with its bootstrap interval
+5. measures the teacher and the same backbone at its random init (``init.pth``,
+   the weights the DINO run started from: ``InitialWeightsHook``) on the 200
+   held-out images, side by side: k-NN top-1 (the training images as the bank)
+   and the Binary-AUC of the last block's attention map (the [CLS] row of the
+   mixing matrix) and cosine map, each with its bootstrap interval
    (``mmdinomamba.analysis.comparison``, as ``tools/analysis/compare_mixers.py``);
 6. prints where the checkpoints and logs are.
 
@@ -31,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from mmengine.config import Config
 
@@ -89,23 +91,28 @@ def loss_fell(name: str, curve: Dict[int, float]) -> str:
 VAL_PER_CLASS = 50  # 200 held-out images for the k-NN and Binary-AUC of step 5
 
 
-def held_out_measures(config: str, teacher: str, data_root: str) -> List[dict]:
-    """The backbone of ``config`` at random init, then with the ``teacher``
+def held_out_measures(config: str, teacher: str, data_root: str,
+                      init: Optional[str] = None) -> List[dict]:
+    """The backbone of ``config`` at random init (the weights of ``init``, the
+    run's own start, or a fresh draw when None), then with the ``teacher``
     weights, measured by :func:`mmdinomamba.analysis.comparison.compare_models` on
     the toy val split (the training split as the k-NN bank): per model ``knn``
-    (top-1) and ``auc`` (last block, mean over heads, then images), each a
-    BootstrapCI, and ``num_val`` / ``num_bank``."""
+    (top-1), ``auc`` (the attention map's Binary-AUC: last block, mean over heads,
+    then images) and ``auc_cosine`` (the cosine map's), each a BootstrapCI, and
+    ``num_val`` / ``num_bank``."""
     from mmdinomamba.analysis.comparison import ModelSpec, compare_models, load_split
     from mmdinomamba.evaluation import BootstrapCI
     path = osp.join(ROOT, config)
     size = Config.fromfile(path).model.backbone.img_size
     bank = load_split(data_root, 'meta/train.txt', 'train', size)
     val = load_split(data_root, 'meta/val.txt', 'val', size, mask_prefix='masks/val')
-    report = compare_models([ModelSpec('random init', path, None),
+    report = compare_models([ModelSpec('random init', path, init),
                              ModelSpec('DINO teacher', path, teacher)], bank, val,
-                            rank_images=0, progress=False)
+                            rank_images=0, progress=False,
+                            map_methods=('attention', 'cosine'))
     return [dict(knn=BootstrapCI(**m['knn']),
-                 auc=BootstrapCI(**m['auc_by_layer'][-1]['auc']),
+                 auc=BootstrapCI(**m['auc_by_method']['attention'][-1]['auc']),
+                 auc_cosine=BootstrapCI(**m['auc_by_method']['cosine'][-1]['auc']),
                  num_val=len(val), num_bank=len(bank)) for m in report['models']]
 
 
@@ -115,21 +122,25 @@ def print_curve(losses: Dict[int, float]) -> None:
 
 
 def side_by_side(random_init: dict, dino: dict) -> str:
-    """Two lines: k-NN top-1 (%) and Binary-AUC, random init then teacher."""
+    """Three lines: k-NN top-1 (%) and the Binary-AUC of the attention and the
+    cosine map, random init then teacher."""
     def ci(c, scale):
         digits = 1 if scale > 1 else 3
         return (f'{scale * c.mean:6.{digits}f} [{scale * c.low:.{digits}f}, '
                 f'{scale * c.high:.{digits}f}]')
     return (f'      k-NN top-1 (%, bank: {dino["num_bank"]} training images): random '
             f'init {ci(random_init["knn"], 100)}, DINO teacher {ci(dino["knn"], 100)}\n'
-            f'      Binary-AUC (last block):               random init '
-            f'{ci(random_init["auc"], 1)}, DINO teacher {ci(dino["auc"], 1)}')
+            f'      Binary-AUC, attention map (last block): random init '
+            f'{ci(random_init["auc"], 1)}, DINO teacher {ci(dino["auc"], 1)}\n'
+            f'      Binary-AUC, cosine map (last block):    random init '
+            f'{ci(random_init["auc_cosine"], 1)}, DINO teacher '
+            f'{ci(dino["auc_cosine"], 1)}')
 
 
 def verdict(random_init: dict, dino: dict) -> str:
     """Whether the teacher beats random init on each measure, intervals apart."""
     words = []
-    for key, name in (('knn', 'k-NN'), ('auc', 'Binary-AUC')):
+    for key, name in (('knn', 'k-NN'), ('auc', 'Binary-AUC (attention map)')):
         r, d = random_init[key], dino[key]
         words.append(f'{name}: ' + ('beats random init' if d.low > r.high else
                                     'does not beat random init beyond the intervals'))
@@ -175,6 +186,10 @@ def main(argv=None):
                                  ckpts[-1], teacher], work_dir)
     print(f'[3/5] teacher backbone of {osp.relpath(ckpts[-1], ROOT)} -> '
           f'{osp.relpath(teacher, ROOT)}')
+    # the weights the run started from (InitialWeightsHook): "random init" below
+    init = osp.join(work_dir, 'dinovim-toy_init.pth')
+    run_step('extract_init', [python, 'tools/model_converters/extract_teacher.py',
+                              osp.join(dino_dir, 'init.pth'), init], work_dir)
 
     probe_dir = osp.join(work_dir, 'linear_probe')
     classes = osp.join(data_root, 'classes.txt')
@@ -195,8 +210,8 @@ def main(argv=None):
           f'(chance {100 / num_classes:.0f} %)')
 
     start = time.time()
-    random_init, dino = held_out_measures(DINO_CONFIG, teacher, data_root)
-    print(f'[5/5] teacher against the same backbone at random init, '
+    random_init, dino = held_out_measures(DINO_CONFIG, teacher, data_root, init)
+    print(f'[5/5] teacher against the same backbone at its random init, '
           f'{dino["num_val"]} held-out images [{time.time() - start:.0f} s]')
     print(side_by_side(random_init, dino))
 

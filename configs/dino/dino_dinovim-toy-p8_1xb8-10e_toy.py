@@ -56,6 +56,9 @@ custom_hooks = [
     dict(type='DINOTeacherTempHook', final_temp=0.04, warmup_temp=0.04,
          warmup_epochs=0),
     dict(type='DINOFreezeLastLayerHook', freeze_epochs=1),
+    # <work_dir>/init.pth: the weights training starts from (tools/run_demo.py
+    # measures the teacher against them)
+    dict(type='InitialWeightsHook'),
 ]
 
 env_cfg = dict(dist_cfg=dict(backend='gloo'))

@@ -256,8 +256,10 @@ def test_killed_training_resumes_to_the_uninterrupted_result(
     assert removed == (fault[0] == 'kill-in-write')
     assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp-ckpt-')]
     assert_same_checkpoint(uninterrupted, tmp_path / 'epoch_3.pth')
-    kept = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
+    kept = sorted(n for n in os.listdir(tmp_path) if n.startswith('epoch_'))
     assert kept == [f'epoch_{e}.pth' for e in range(4 - max_keep_ckpts, 4)]
+    # InitialWeightsHook's file stays, written once by the first (fresh) run
+    assert osp.exists(tmp_path / 'init.pth')
     assert pointer(tmp_path) == str(tmp_path / 'epoch_3.pth')
 
 

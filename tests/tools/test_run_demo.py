@@ -26,18 +26,24 @@ def test_loss_fell_compares_first_and_last_epoch(demo):
 
 def test_the_verdict_needs_intervals_apart(demo):
     from mmdinomamba.evaluation import BootstrapCI
+    cosine = BootstrapCI(0.20, 0.18, 0.22, 200)  # reported, not judged
     random_init = dict(knn=BootstrapCI(0.30, 0.25, 0.35, 200),
-                       auc=BootstrapCI(0.50, 0.49, 0.51, 200), num_bank=64, num_val=200)
+                       auc=BootstrapCI(0.50, 0.49, 0.51, 200), auc_cosine=cosine,
+                       num_bank=64, num_val=200)
     apart = dict(knn=BootstrapCI(0.45, 0.38, 0.52, 200),
-                 auc=BootstrapCI(0.55, 0.53, 0.57, 200), num_bank=64, num_val=200)
+                 auc=BootstrapCI(0.55, 0.53, 0.57, 200), auc_cosine=cosine,
+                 num_bank=64, num_val=200)
     overlapping = dict(apart, knn=BootstrapCI(0.40, 0.34, 0.46, 200))
     assert demo.verdict(random_init, apart).startswith(
-        'DINO teacher k-NN: beats random init; Binary-AUC: beats random init')
-    assert 'k-NN: does not beat random init beyond the intervals; Binary-AUC: beats' \
-        in demo.verdict(random_init, overlapping)
+        'DINO teacher k-NN: beats random init; Binary-AUC (attention map): beats '
+        'random init')
+    assert 'k-NN: does not beat random init beyond the intervals; Binary-AUC ' \
+        '(attention map): beats' in demo.verdict(random_init, overlapping)
     lines = demo.side_by_side(random_init, apart).splitlines()
     assert '30.0 [25.0, 35.0]' in lines[0] and '45.0 [38.0, 52.0]' in lines[0]
     assert '0.500 [0.490, 0.510]' in lines[1] and '0.550 [0.530, 0.570]' in lines[1]
+    assert 'attention map' in lines[1] and 'cosine map' in lines[2]
+    assert lines[2].count('0.200 [0.180, 0.220]') == 2
 
 
 def test_held_out_measures_on_a_tiny_toy_set(demo, tmp_path):
@@ -54,16 +60,22 @@ def test_held_out_measures_on_a_tiny_toy_set(demo, tmp_path):
                      formats=['imagenet'])
     config = osp.join(demo.ROOT, demo.DINO_CONFIG)
     teacher = str(tmp_path / 'teacher.pth')
-    torch.manual_seed(1)  # another init than the random one (seed 0)
+    init = str(tmp_path / 'init.pth')
     torch.save(load_model(ModelSpec('t', config, None), seed=1).state_dict(), teacher)
-    random_init, dino = demo.held_out_measures(demo.DINO_CONFIG, teacher, root)
+    torch.save(load_model(ModelSpec('i', config, None), seed=2).state_dict(), init)
+    random_init, dino = demo.held_out_measures(demo.DINO_CONFIG, teacher, root, init)
     bank = load_split(root, 'meta/train.txt', 'train', 64)
-    val = load_split(root, 'meta/val.txt', 'val', 64)
-    for got, checkpoint in ((random_init, None), (dino, teacher)):
+    val = load_split(root, 'meta/val.txt', 'val', 64, mask_prefix='masks/val')
+    for got, checkpoint in ((random_init, init), (dino, teacher)):
         assert (got['num_val'], got['num_bank']) == (6, 12)
         model = load_model(ModelSpec('x', config, checkpoint))
         a = measure_backbone(model, bank, layers=[-1], with_maps=False)
         b = measure_backbone(model, val, layers=[-1], with_maps=False)
         hits = knn_hits(a, bank.labels, b, val.labels, next(iter(b.readouts)))
         assert got['knn'].mean == pytest.approx(hits.mean())
-        assert 0 <= got['auc'].low <= got['auc'].mean <= got['auc'].high <= 1
+        # the headline AUC is the attention map's, the other the cosine map's
+        c = measure_backbone(model, val, layers=[-1],
+                             map_methods=('attention', 'cosine')).aucs
+        for key, method in (('auc', 'attention'), ('auc_cosine', 'cosine')):
+            per_image = next(iter(c[method].values()))[:, :-1].mean(axis=1)
+            assert got[key].mean == pytest.approx(per_image.mean())
