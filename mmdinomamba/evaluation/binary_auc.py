@@ -45,17 +45,23 @@ __all__ = [
 ]
 
 
+def _valid_mask(fg_mask: torch.Tensor, valid: Optional[torch.Tensor]) -> torch.Tensor:
+    """``valid``, or all True, checked against the shape of ``fg_mask``."""
+    if valid is None:
+        return torch.ones_like(fg_mask, dtype=torch.bool)
+    if valid.shape != fg_mask.shape:
+        raise ValueError(f'valid shape {tuple(valid.shape)} differs from '
+                         f'fg_mask shape {tuple(fg_mask.shape)}')
+    return valid
+
+
 def _check_inputs(score_map: torch.Tensor, fg_mask: torch.Tensor,
                   valid: Optional[torch.Tensor]) -> torch.Tensor:
     """Validate one image's inputs and return the flat boolean valid mask."""
     if score_map.shape != fg_mask.shape:
         raise ValueError(f'score_map shape {tuple(score_map.shape)} differs from '
                          f'fg_mask shape {tuple(fg_mask.shape)}')
-    if valid is None:
-        valid = torch.ones_like(fg_mask, dtype=torch.bool)
-    elif valid.shape != fg_mask.shape:
-        raise ValueError(f'valid shape {tuple(valid.shape)} differs from '
-                         f'fg_mask shape {tuple(fg_mask.shape)}')
+    valid = _valid_mask(fg_mask, valid)
     if not torch.isfinite(score_map[valid.bool()]).all():
         raise ValueError('score_map holds non-finite values (nan or inf) on '
                          'scored pixels')
@@ -240,11 +246,7 @@ def binary_auc_batch(score_maps: torch.Tensor,
         raise ValueError(f'score_maps must be (batch, num_maps, height, width) with '
                          f'fg_mask (batch, height, width); got '
                          f'{tuple(score_maps.shape)} and {tuple(fg_mask.shape)}')
-    if valid is None:
-        valid = torch.ones_like(fg_mask, dtype=torch.bool)
-    elif valid.shape != fg_mask.shape:
-        raise ValueError(f'valid shape {tuple(valid.shape)} differs from '
-                         f'fg_mask shape {tuple(fg_mask.shape)}')
+    valid = _valid_mask(fg_mask, valid)
     batch, num_maps = score_maps.shape[:2]
     fg, valid = fg_mask.bool().to(score_maps.device), valid.bool().to(score_maps.device)
     scored = valid[:, None].expand_as(score_maps)
