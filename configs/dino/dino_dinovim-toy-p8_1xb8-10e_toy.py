@@ -22,9 +22,11 @@ model = dict(
     loss=dict(out_channels=out_channels),
     teacher_momentum=0.96)
 
-# the multi-crop pipeline with 64 px global and 4 local 32 px crops
+# the multi-crop pipeline with 64 px global and 4 local 32 px crops, and DINO's
+# blur radius range (0.1, 2) px, set for 224 px crops, scaled by 64 / 224: the
+# full range wipes out the few-pixel textures of the rich toy images
 train_pipeline = [
-    dict(t, global_size=64, local_size=32, num_local_views=4)
+    dict(t, global_size=64, local_size=32, num_local_views=4, blur_radius=(0.03, 0.57))
     if t.type == 'DINOMultiCrop' else dict(t) for t in _base_.train_pipeline
 ]
 train_dataloader = dict(
