@@ -63,7 +63,8 @@ ATTENTION_KINDS = ('softmax', 'linear')
 
 __all__ = [
     'ATTENTION_KINDS', 'METHODS', 'ActivationMaps', 'activation_maps', 'attention_rows',
-    'cosine_similarity_maps', 'feature_sources', 'layer_activation_maps',
+    'cosine_similarity_maps', 'feature_sources', 'intermediate_attention_rows',
+    'layer_activation_maps',
     'layer_tokens', 'token_layout', 'upsample_maps'
 ]
 
@@ -215,6 +216,12 @@ def attention_rows(api, images: Tensor, indices: Sequence[int]) -> Dict[int, Ten
     """
     with eval_no_grad(api):
         out = api.forward_intermediates(images, indices, mixer_inputs=True)
+    return intermediate_attention_rows(api, out, indices)
+
+
+def intermediate_attention_rows(api, out, indices: Sequence[int]) -> Dict[int, Tensor]:
+    """:func:`attention_rows` from a forward pass already run: ``out`` is the
+    ``forward_intermediates(..., mixer_inputs=True)`` result holding ``indices``."""
     layout = out.layout
     rows = {}
     for i in indices:

@@ -35,8 +35,8 @@ import torch.nn as nn
 from mmengine.utils import ProgressBar
 
 from mmdinomamba.evaluation import binary_auc_batch, foreground_mask, knn_accuracy
-from .activation_maps import (METHODS, attention_rows, cosine_similarity_maps,
-                              upsample_maps)
+from .activation_maps import (METHODS, activation_maps, cosine_similarity_maps,
+                              intermediate_attention_rows, upsample_maps)
 from .adapters import as_backbone, eval_no_grad, normalise_layers
 from .images import DEFAULT_PREPROCESSOR
 from .mixing import mixer_info
@@ -188,11 +188,11 @@ def _num_heads(api, index: int, dim: int) -> int:
     return heads if dim % heads == 0 else 1
 
 
-def _features(api, images: Tensor, indices: Sequence[int]):
-    """Per-block token sequences and their layout (eval mode, no gradients)."""
+def _intermediates(api, images: Tensor, indices: Sequence[int],
+                   mixer_inputs: bool = False):
+    """``forward_intermediates`` in eval mode without gradients."""
     with eval_no_grad(api):
-        out = api.forward_intermediates(images, indices)
-    return out.features, out.layout
+        return api.forward_intermediates(images, indices, mixer_inputs=mixer_inputs)
 
 
 def map_aucs(maps: Tensor, label_maps: Tensor,
@@ -250,20 +250,23 @@ def measure_backbone(backbone: nn.Module,
     indices = normalise_layers(range(depth) if layers is None else layers, depth)
     readouts: Dict[int, List[Tensor]] = {i: [] for i in indices}
     aucs = {m: {i: [] for i in indices} for m in map_methods}
+    attention = with_maps and 'attention' in map_methods
     bar = ProgressBar(len(split)) if progress else None
     for start in range(0, len(split), batch_size):
         x = split.images[start:start + batch_size].to(device)
-        tokens, layout = _features(api, x, indices)
+        # one forward pass: the tokens, and the mixer inputs the attention maps need
+        out = _intermediates(api, x, indices, mixer_inputs=attention)
+        layout = out.layout
         grids = {'cosine': {}}
-        for i, t in tokens.items():
+        for i, t in out.features.items():
             readout = t[:, layout.readout].mean(dim=1).float()
             readouts[i].append(readout.cpu())
             if with_maps and 'cosine' in map_methods:
                 grids['cosine'][i] = cosine_similarity_maps(
                     readout, t[:, layout.patches].float(), layout.hw,
                     _num_heads(api, i, t.shape[-1]))
-        if with_maps and 'attention' in map_methods:
-            grids['attention'] = attention_rows(api, x, indices)
+        if attention:
+            grids['attention'] = intermediate_attention_rows(api, out, indices)
         for method in (map_methods if with_maps else ()):
             for i, grid in grids[method].items():
                 maps = upsample_maps(grid.float(), x.shape[-2:])
@@ -582,10 +585,10 @@ def measure_maps(backbone: nn.Module, images: Tensor,
     api = as_backbone(backbone)
     last = api.num_layers - 1
     if method == 'attention':
-        grid = attention_rows(api, images, [last])[last].float()
-        return upsample_maps(grid, images.shape[-2:]).mean(dim=1).cpu().numpy()
-    tokens, layout = _features(api, images, [last])
-    t = tokens[last].float()
+        maps = activation_maps(backbone, images, last, 'attention').mean
+        return maps.float().cpu().numpy()
+    out = _intermediates(api, images, [last])
+    t, layout = out.features[last].float(), out.layout
     readout = t[:, layout.readout].mean(dim=1)
     grid = cosine_similarity_maps(readout, t[:, layout.patches], layout.hw,
                                   _num_heads(api, last, t.shape[-1]))
