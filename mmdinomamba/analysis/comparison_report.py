@@ -39,12 +39,6 @@ MAP_WORDS = {
 }
 
 
-def _methods(results: dict) -> List[str]:
-    return list(results['meta'].get('map_methods', ['cosine']))
-
-
-def _auc_rows(m: dict, method: str) -> List[dict]:
-    return m.get('auc_by_method', {'cosine': m['auc_by_layer']})[method]
 
 
 def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
@@ -57,7 +51,7 @@ def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
 def format_markdown(results: dict, title: str = 'Token mixers side by side') -> str:
     """The Markdown report (see the module docstring)."""
     meta = results['meta']
-    methods = _methods(results)
+    methods = results['meta']['map_methods']
     maps = '; '.join(f'*{k}*: {MAP_WORDS[k]}' for k in methods)
     auc_heads = ''.join(f'Binary-AUC ({k} map), last block | best block | '
                         for k in methods)
@@ -76,7 +70,7 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
     for m in results['models']:
         cells = ''
         for k in methods:
-            rows = _auc_rows(m, k)
+            rows = m['auc_by_method'][k]
             best = max(rows, key=lambda r: r['auc']['mean'])
             cells += (f'{_ci(rows[-1]["auc"])} | '
                       f'{_ci(best["auc"])} (block {best["layer"]}) | ')
@@ -90,7 +84,7 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
         for m in results['models']:
             lines += [f'### {m["name"]}', '', '| block | AUC | head-mean map AUC | '
                       'per head |', '|---|---|---|---|']
-            for r in _auc_rows(m, k):
+            for r in m['auc_by_method'][k]:
                 heads = ', '.join(f'{h:.3f}' for h in r['heads'])
                 lines.append(f'| {r["layer"]} | {_ci(r["auc"])} | '
                              f'{_ci(r["mean_map_auc"])} | {heads} |')
@@ -136,13 +130,13 @@ def _band(ax, xs, cis, label, colour):
 
 def plot_auc_vs_depth(results: dict, path: str) -> None:
     plt = pyplot()
-    methods = _methods(results)
+    methods = results['meta']['map_methods']
     fig, axes = plt.subplots(1, len(methods), figsize=(6 * len(methods), 4),
                              squeeze=False)
     colours = plt.rcParams['axes.prop_cycle'].by_key()['color']
     for ax, method in zip(axes[0], methods):
         for n, m in enumerate(results['models']):
-            rows = _auc_rows(m, method)
+            rows = m['auc_by_method'][method]
             _band(ax, [r['layer'] for r in rows], [r['auc'] for r in rows],
                   m['name'], colours[n % len(colours)])
         ax.axhline(0.5, color='grey', linestyle=':', linewidth=1)
