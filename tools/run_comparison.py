@@ -3,7 +3,7 @@
     python tools/run_comparison.py [--work-dir work_dirs/compare] [--epochs 20]
         [--data-root data/toy_rich_compare] [--device cuda]
         [--train-per-class 500] [--val-per-class 100] [--parallel]
-        [--cfg-options K=V ...]
+        [--cfg-options K=V ...] [--probe-epochs N] [--probe-cfg-options K=V ...]
 
 1. generates the rich toy data (12 shape-and-texture classes, 64 px, with masks;
    a no-op when it is there);
@@ -15,7 +15,9 @@
 3. extracts each teacher backbone (``tools/model_converters/extract_teacher.py``),
    and the teacher of ``init.pth``, the weights the run started from
    (``InitialWeightsHook`` in the configs);
-4. runs ``tools/analysis/compare_mixers.py`` on the three teachers and the same
+4. trains a linear probe (``configs/compare/linear-probe_*.py``, through
+   ``tools/train.py``) on each teacher and each init, unless ``--no-probe``;
+5. runs ``tools/analysis/compare_mixers.py`` on the three teachers and the same
    three backbones at their own random init (``init.pth``; a run without one
    gets a fresh draw of the config's initialisation, ``random``), writing the
    report to ``<work-dir>/report``.
@@ -26,7 +28,11 @@ check with a tiny budget::
     python tools/run_comparison.py --work-dir /tmp/cmp --epochs 1 --device cpu \\
         --train-per-class 4 --val-per-class 2 --rank-images 1 --cfg-options \\
         optim_wrapper.type=PerParamClipOptimWrapper train_dataloader.batch_size=8 \\
-        train_dataloader.num_workers=0 model.backbone.arch.num_layers=2
+        train_dataloader.num_workers=0 model.backbone.arch.num_layers=2 --no-probe
+
+(the probes read the last 4 blocks: a 2-block run needs ``--probe-cfg-options
+model.backbone.out_indices=[-2,-1] model.backbone.frozen_stages=2
+model.neck.in_channels=384 model.head.in_channels=384`` instead of ``--no-probe``).
 
 Each step logs to ``<work-dir>/<step>.log``; a failed step stops the script
 (exit status 1) with the end of its log.
@@ -45,6 +51,12 @@ CONFIGS = {
     'vit': 'configs/compare/dino_vit-d192-l12-p8_1xb128-20e_toy-rich.py',
     'dinovim': 'configs/compare/dino_dinovim-d192-l12-p8_1xb128-20e_toy-rich.py',
     'linearvit': 'configs/compare/dino_linearvit-d192-l12-p8_1xb128-20e_toy-rich.py',
+}
+PROBE_CONFIGS = {
+    'vit': 'configs/compare/linear-probe_vit-d192-l12-p8_1xb128-30e_toy-rich.py',
+    'dinovim': 'configs/compare/linear-probe_dinovim-d192-l12-p8_1xb128-30e_toy-rich.py',
+    'linearvit':
+    'configs/compare/linear-probe_linearvit-d192-l12-p8_1xb128-30e_toy-rich.py',
 }
 NUM_CLASSES = 12
 IMAGE_SIZE = 64
@@ -77,6 +89,20 @@ def knn_data_options(config: str, data_root: str) -> List[str]:
     return [f'custom_hooks.{i}.{loader}.dataset.data_root={data_root}'
             for i, hook in enumerate(hooks) if hook.get('type') == 'KNNMonitorHook'
             for loader in ('bank_dataloader', 'query_dataloader')]
+
+
+def probe_options(backbone: str, data_root: str) -> List[str]:
+    """``--cfg-options`` of a configs/compare/ linear probe: its frozen backbone
+    from ``backbone`` (a file of extract_teacher.py; None: the config's own
+    initialisation, for a run without init.pth) and all three loaders on
+    ``data_root``."""
+    opts = (['model.backbone.init_cfg=None'] if backbone is None else
+            [f'model.backbone.init_cfg.checkpoint={backbone}',
+             'model.backbone.init_cfg.prefix=None'])
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        opts += [f'{loader}.dataset.data_root={data_root}',
+                 f'{loader}.dataset.classes={osp.join(data_root, "classes.txt")}']
+    return opts
 
 
 def start_step(name: str, cmd: List[str], work_dir: str):
@@ -126,6 +152,58 @@ def latest_checkpoint(work_dir: str) -> str:
     return ckpts[-1]
 
 
+def probe_epoch_options(epochs: int) -> List[str]:
+    """``--cfg-options`` that set the length of a configs/compare/ linear probe
+    (its cosine, its one validation and its checkpoint end with the run)."""
+    if epochs < 1:
+        raise ValueError(f'probe epochs must be >= 1, got {epochs}')
+    return [f'train_cfg.max_epochs={epochs}', f'train_cfg.val_interval={epochs}',
+            f'param_scheduler.0.T_max={epochs}', f'param_scheduler.0.end={epochs}',
+            f'default_hooks.checkpoint.interval={epochs}']
+
+
+def train_probes(models, args, data_root: str, work_dir: str,
+                 arch_opts: List[str]) -> dict:
+    """Train the linear probe of every teacher and every init through
+    ``tools/train.py`` (side by side with ``--parallel``).
+
+    Returns:
+        dict: ``'<name>-dino'`` / ``'<name>-random'`` -> (the probe's config as
+        the run saved it, overrides merged; its last checkpoint).
+    """
+    python = sys.executable
+    runs = []
+    for name, teacher, init in models:
+        for row, backbone in (('dino', teacher), ('random', init)):
+            opts = probe_options(None if backbone == 'random' else backbone,
+                                 data_root)
+            if args.probe_epochs is not None:
+                opts += probe_epoch_options(args.probe_epochs)
+            probe_dir = osp.join(work_dir, f'probe_{name}_{row}')
+            cmd = [python, 'tools/train.py', PROBE_CONFIGS[name], '--work-dir',
+                   probe_dir, '--cfg-options', *opts, *arch_opts,
+                   *args.probe_cfg_options]
+            runs.append((name, row, probe_dir, cmd))
+    if args.parallel:
+        seconds = finish_all([start_step(f'probe_{name}_{row}', cmd, work_dir)
+                              for name, row, _, cmd in runs])
+    else:
+        seconds = [run_step(f'probe_{name}_{row}', cmd, work_dir)
+                   for name, row, _, cmd in runs]
+    probes = {}
+    for (name, row, probe_dir, _), time_s in zip(runs, seconds):
+        model = f'{name}-{row}'
+        # the runner's dump of the config it ran (with every override), so that
+        # the comparison tool builds the classifier the checkpoint holds
+        config = osp.join(probe_dir, osp.basename(PROBE_CONFIGS[name]))
+        if not osp.isfile(config):
+            sys.exit(f'the probe run of {model} left no config dump {config}')
+        probes[model] = (config, latest_checkpoint(probe_dir))
+        print(f'[probe] {model}: {osp.relpath(probes[model][1], work_dir)} '
+              f'[{time_s:.0f} s]', flush=True)
+    return probes
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default='work_dirs/compare')
@@ -147,6 +225,14 @@ def main(argv=None) -> None:
                         "--cfg-options train_dataloader.num_workers=4)")
     parser.add_argument('--cfg-options', nargs='+', default=[],
                         help='key=value overrides for every training run')
+    parser.add_argument('--no-probe', action='store_true',
+                        help='no linear probes (the report leaves their column '
+                        'empty)')
+    parser.add_argument('--probe-epochs', type=int,
+                        help="the probes' epochs (default: their config's)")
+    parser.add_argument('--probe-cfg-options', nargs='+', default=[],
+                        help='key=value overrides for every linear probe (after '
+                        'the model.backbone.* ones of --cfg-options)')
     args = parser.parse_args(argv)
     work_dir = osp.abspath(args.work_dir)
     data_root = osp.abspath(args.data_root)
@@ -202,6 +288,11 @@ def main(argv=None) -> None:
             init = 'random'
         models.append((name, teacher, init))
 
+    arch_opts = [o for o in args.cfg_options if o.startswith('model.backbone.')]
+    probes = {}
+    if not args.no_probe:
+        probes = train_probes(models, args, data_root, work_dir, arch_opts)
+
     compare = [python, 'tools/analysis/compare_mixers.py', '--out-dir',
                osp.join(work_dir, 'report'), '--data-root', data_root,
                '--img-size', str(IMAGE_SIZE), '--device', args.device,
@@ -212,7 +303,8 @@ def main(argv=None) -> None:
         config = CONFIGS[name]
         compare += ['--model', f'{name}-dino', config, teacher,
                     '--model', f'{name}-random', config, init]
-    arch_opts = [o for o in args.cfg_options if o.startswith('model.backbone.')]
+    for model, (config, ckpt) in probes.items():
+        compare += ['--probe', model, config, ckpt]
     if arch_opts:
         compare += ['--cfg-options', *arch_opts]
     seconds = run_step('compare', compare, work_dir)

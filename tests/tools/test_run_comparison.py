@@ -1,4 +1,5 @@
 """The small comparison recipe: its configs, its epochs knob, and a CPU run."""
+import glob
 import json
 import os.path as osp
 import re
@@ -40,6 +41,47 @@ def test_configs_share_everything_but_the_backbone(script):
     assert len(set(dicts.values())) == 1
     assert {c.model.backbone.type for c in cfgs.values()} == {
         'mmpretrain.VisionTransformer', 'DinoVim', 'LinearViT'}
+
+
+@pytest.mark.parametrize('name', ['vit', 'dinovim', 'linearvit'])
+def test_each_probe_reads_its_dino_runs_backbone(script, name):
+    """The probe's backbone is the DINO config's, frozen, with the last 4 blocks
+    read out, and its init_cfg loads that run's teacher."""
+    dino = Config.fromfile(osp.join(REPO, script.CONFIGS[name])).model.backbone
+    probe_cfg = Config.fromfile(osp.join(REPO, script.PROBE_CONFIGS[name]))
+    probe = probe_cfg.model.backbone.to_dict()
+    assert probe.pop('out_indices') == [-4, -3, -2, -1]
+    assert probe.pop('frozen_stages') == 12
+    init = probe.pop('init_cfg')
+    assert init['type'] == 'Pretrained' and init['prefix'] == 'teacher.backbone.'
+    assert init['checkpoint'] == f'work_dirs/compare/{name}/epoch_20.pth'
+    source = probe.pop('feature_source', None)
+    assert source == {'vit': None, 'dinovim': 'mixer', 'linearvit': 'normed'}[name]
+    dino = dino.to_dict()
+    dino.pop('init_cfg', None)
+    assert probe == dino
+    assert probe_cfg.model.head.num_classes == script.NUM_CLASSES
+    assert probe_cfg.model.head.in_channels == probe_cfg.model.neck.in_channels == 4 * 192
+    # ViT's intermediate [CLS] skip the final LayerNorm: the neck normalises them
+    assert probe_cfg.model.neck.get('with_bn', False) == (name == 'vit')
+
+
+def test_probe_options_point_every_loader_at_the_data(script):
+    path = script.PROBE_CONFIGS['dinovim']
+    cfg = merged(path, script.probe_options('/w/t.pth', '/data/here') +
+                 script.probe_epoch_options(3))
+    assert cfg.model.backbone.init_cfg.checkpoint == '/w/t.pth'
+    assert cfg.model.backbone.init_cfg.prefix is None
+    for loader in (cfg.train_dataloader, cfg.val_dataloader, cfg.test_dataloader):
+        assert loader.dataset.data_root == '/data/here'
+        assert loader.dataset.classes == '/data/here/classes.txt'
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 3
+    cosine, = cfg.param_scheduler
+    assert cosine.T_max == cosine.end == cfg.default_hooks.checkpoint.interval == 3
+    # a run without init.pth: the probe's backbone is the config's own init
+    assert merged(path, script.probe_options(None, '/d')).model.backbone.init_cfg is None
+    with pytest.raises(ValueError, match='probe epochs'):
+        script.probe_epoch_options(0)
 
 
 def test_blur_is_dinos_range_scaled_to_the_crops(script):
@@ -106,7 +148,13 @@ def test_cpu_run_end_to_end(tmp_path, script):
                  'model.backbone.arch.num_layers=2', 'model.head.out_channels=64',
                  'model.loss.out_channels=64', 'env_cfg.dist_cfg.backend=gloo',
                  'custom_hooks.3.bank_dataloader.num_workers=0',
-                 'custom_hooks.3.query_dataloader.num_workers=0'])
+                 'custom_hooks.3.query_dataloader.num_workers=0',
+                 '--probe-epochs', '1', '--probe-cfg-options',
+                 'model.backbone.out_indices=[-2,-1]', 'model.backbone.frozen_stages=2',
+                 'model.neck.in_channels=384', 'model.head.in_channels=384',
+                 'train_dataloader.batch_size=8', 'train_dataloader.num_workers=0',
+                 'train_dataloader.persistent_workers=False',
+                 'val_dataloader.num_workers=0', 'val_dataloader.persistent_workers=False'])
     with open(osp.join(work, 'report', 'report.json')) as f:
         report = json.load(f)
     models = {m['name']: m for m in report['models']}
@@ -125,6 +173,18 @@ def test_cpu_run_end_to_end(tmp_path, script):
         assert random['checkpoint'] == osp.join(work, f'{name}_init.pth')
         assert 100 * random['knn']['mean'] == pytest.approx(float(start.group(1)),
                                                             abs=0.006)
+        # each probe row is its tools/train.py run's own validation (mmpretrain's
+        # Accuracy on the same held-out images through the test pipeline)
+        for row in ('dino', 'random'):
+            model = models[f'{name}-{row}']
+            probe_dir = osp.join(work, f'probe_{name}_{row}')
+            scalars, = glob.glob(osp.join(probe_dir, '*', 'vis_data', 'scalars.json'))
+            with open(scalars) as f:
+                top1 = [json.loads(line)['accuracy/top1'] for line in f
+                        if 'accuracy/top1' in line]
+            assert len(top1) == 1
+            assert 100 * model['probe']['mean'] == pytest.approx(top1[0], abs=1e-4)
+            assert model['probe_checkpoint'] == osp.join(probe_dir, 'epoch_1.pth')
     assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear'}
     assert all(m['depth'] == 2 for m in report['models'])
     assert report['meta']['num_val'] == 12

@@ -1,0 +1,34 @@
+# The three backbones of the small comparison recipe, written once: the DINO
+# configs (dino_*.py) and their linear probes (linear-probe_*.py) take them from
+# here. Same width (192), depth (12) and patching (8 px at 64 px: 64 patches +
+# [CLS]); only the token mixer differs.
+
+# mmpretrain's VisionTransformer (softmax attention), 3 heads, MLP 768
+vit_backbone = dict(
+    type='mmpretrain.VisionTransformer',
+    arch=dict(embed_dims=192, num_layers=12, num_heads=3, feedforward_channels=768),
+    img_size=64,
+    patch_size=8,
+    out_type='cls_token',
+    drop_path_rate=0.0,
+    init_cfg=[
+        dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.0),
+        dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0),
+    ])
+# DinoVim (bidirectional Mamba-2): d_inner 384 = 6 heads of 64, state 64, two
+# [CLS] slots
+dinovim_backbone = dict(
+    type='DinoVim',
+    arch=dict(embed_dims=192, num_layers=12),
+    img_size=64,
+    patch_size=8,
+    out_type='cls_token',
+    drop_path_rate=0.0)
+# LinearViT (linear attention), 3 heads, MLP ratio 4
+linearvit_backbone = dict(
+    type='LinearViT',
+    arch=dict(embed_dims=192, num_layers=12, num_heads=3, mlp_ratio=4),
+    img_size=64,
+    patch_size=8,
+    out_type='cls_token',
+    drop_path_rate=0.0)

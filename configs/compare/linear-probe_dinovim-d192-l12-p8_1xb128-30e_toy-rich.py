@@ -1,0 +1,15 @@
+# Linear probe of dino_dinovim-d192-l12-p8_1xb128-20e_toy-rich.py's teacher: the
+# official per-layer readout (RMSNorm_f of the mixer output at [CLS]) of the last
+# 4 of 12 blocks, as in configs/linear_probe/dinovim-*.
+_base_ = ['./_base_/linear-probe_toy-rich-64px.py', './_base_/backbones_d192-l12-p8.py']
+
+model = dict(
+    backbone=dict(
+        _base_.dinovim_backbone,
+        _delete_=True,
+        out_indices=list(range(-_base_.num_blocks, 0)),
+        feature_source='mixer',
+        frozen_stages=12,
+        init_cfg=dict(type='Pretrained',
+                      checkpoint='work_dirs/compare/dinovim/epoch_20.pth',
+                      prefix='teacher.backbone.')))
