@@ -44,7 +44,7 @@ import os.path as osp
 import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Optional, Tuple
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = {
@@ -162,24 +162,45 @@ def probe_epoch_options(epochs: int) -> List[str]:
             f'default_hooks.checkpoint.interval={epochs}']
 
 
+def finished_probe(probe_dir: str, config: str) -> Optional[Tuple[str, str]]:
+    """(config, checkpoint) of a finished probe run in ``probe_dir``, or None.
+
+    The config is the runner's dump of the one it ran (``<probe_dir>/<config's
+    file name>``, every override merged), so the comparison tool builds the
+    classifier the checkpoint holds; the checkpoint is the highest epoch_N.pth.
+    """
+    dump = osp.join(probe_dir, osp.basename(config))
+    ckpts = glob.glob(osp.join(probe_dir, 'epoch_*.pth'))
+    if not osp.isfile(dump) or not ckpts:
+        return None
+    return dump, max(ckpts, key=lambda p: int(osp.basename(p)[6:-4]))
+
+
 def train_probes(models, args, data_root: str, work_dir: str,
                  arch_opts: List[str]) -> dict:
     """Train the linear probe of every teacher and every init through
-    ``tools/train.py`` (side by side with ``--parallel``).
+    ``tools/train.py`` (side by side with ``--parallel``; with ``--skip-train``
+    a probe that finished is reused).
 
     Returns:
         dict: ``'<name>-dino'`` / ``'<name>-random'`` -> (the probe's config as
         the run saved it, overrides merged; its last checkpoint).
     """
     python = sys.executable
-    runs = []
+    runs, probes = [], {}
     for name, teacher, init in models:
         for row, backbone in (('dino', teacher), ('random', init)):
+            probe_dir = osp.join(work_dir, f'probe_{name}_{row}')
+            done = finished_probe(probe_dir, PROBE_CONFIGS[name])
+            if args.skip_train and done is not None:
+                probes[f'{name}-{row}'] = done
+                print(f'[probe] {name}-{row}: reusing {osp.relpath(done[1], work_dir)}',
+                      flush=True)
+                continue
             opts = probe_options(None if backbone == 'random' else backbone,
                                  data_root)
             if args.probe_epochs is not None:
                 opts += probe_epoch_options(args.probe_epochs)
-            probe_dir = osp.join(work_dir, f'probe_{name}_{row}')
             cmd = [python, 'tools/train.py', PROBE_CONFIGS[name], '--work-dir',
                    probe_dir, '--cfg-options', *opts, *arch_opts,
                    *args.probe_cfg_options]
@@ -190,15 +211,12 @@ def train_probes(models, args, data_root: str, work_dir: str,
     else:
         seconds = [run_step(f'probe_{name}_{row}', cmd, work_dir)
                    for name, row, _, cmd in runs]
-    probes = {}
     for (name, row, probe_dir, _), time_s in zip(runs, seconds):
         model = f'{name}-{row}'
-        # the runner's dump of the config it ran (with every override), so that
-        # the comparison tool builds the classifier the checkpoint holds
-        config = osp.join(probe_dir, osp.basename(PROBE_CONFIGS[name]))
-        if not osp.isfile(config):
-            sys.exit(f'the probe run of {model} left no config dump {config}')
-        probes[model] = (config, latest_checkpoint(probe_dir))
+        probes[model] = finished_probe(probe_dir, PROBE_CONFIGS[name])
+        if probes[model] is None:
+            sys.exit(f'the probe run of {model} left no checkpoint and config dump '
+                     f'in {probe_dir}')
         print(f'[probe] {model}: {osp.relpath(probes[model][1], work_dir)} '
               f'[{time_s:.0f} s]', flush=True)
     return probes
@@ -217,7 +235,8 @@ def main(argv=None) -> None:
                         help="device of the comparison tool ('cpu' or 'cuda')")
     parser.add_argument('--rank-images', type=int, default=4)
     parser.add_argument('--skip-train', action='store_true',
-                        help='reuse the checkpoints already in the work dirs')
+                        help='reuse the DINO checkpoints already in the work dirs, '
+                        'and the linear probes that finished')
     parser.add_argument('--parallel', action='store_true',
                         help='train the models at the same time (small models on '
                         'one GPU leave it mostly idle: each run is bound by its '

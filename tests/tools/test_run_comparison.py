@@ -84,6 +84,18 @@ def test_probe_options_point_every_loader_at_the_data(script):
         script.probe_epoch_options(0)
 
 
+def test_a_finished_probe_is_its_config_dump_and_last_checkpoint(tmp_path, script):
+    config = script.PROBE_CONFIGS['vit']
+    assert script.finished_probe(str(tmp_path), config) is None  # nothing there
+    for epoch in (2, 10):
+        (tmp_path / f'epoch_{epoch}.pth').write_bytes(b'')
+    assert script.finished_probe(str(tmp_path), config) is None  # no config dump
+    dump = tmp_path / osp.basename(config)
+    dump.write_text('')
+    assert script.finished_probe(str(tmp_path), config) == (
+        str(dump), str(tmp_path / 'epoch_10.pth'))
+
+
 def test_blur_is_dinos_range_scaled_to_the_crops(script):
     from mmdinomamba.datasets.transforms.dino_multicrop import BLUR_RADIUS
     cfg = Config.fromfile(osp.join(REPO, script.CONFIGS['vit']))
