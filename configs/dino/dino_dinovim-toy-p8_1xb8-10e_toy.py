@@ -57,7 +57,12 @@ custom_hooks = [
     dict(type='DINOTeacherMomentumHook', base_momentum=0.96, final_momentum=1.0),
     dict(type='DINOTeacherTempHook', final_temp=0.04, warmup_temp=0.04,
          warmup_epochs=0),
-    dict(type='DINOFreezeLastLayerHook', freeze_epochs=1),
+    # the prototypes stay at their random init for the whole run (the paper
+    # freezes them for the first epoch): when they learn, this tiny run's
+    # bottleneck drifts out of their span, the teacher's logits flatten (spread
+    # over K 0.03 instead of 0.12 frozen), the teacher turns near-uniform and the
+    # loss climbs back to log K (docs/comparison.md, "Sixth round")
+    dict(type='DINOFreezeLastLayerHook', freeze_epochs=max_epochs),
     # <work_dir>/init.pth: the weights training starts from (tools/run_demo.py
     # measures the teacher against them)
     dict(type='InitialWeightsHook'),

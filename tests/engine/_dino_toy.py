@@ -9,7 +9,8 @@ TOY_CONFIG = osp.join(ROOT, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py')
 
 def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
                      num_workers: int = 1) -> Config:
-    """The toy config with a 2-block, 32-wide DinoVim, 32/16 px crops, 4 images a batch.
+    """The toy config with a 2-block, 32-wide DinoVim, 32/16 px crops, 4 images a
+    batch, and the prototypes frozen for the first epoch only.
 
     Drop-path stays on (rate 0.1) and the augmentations are the config's own: a
     resumed run repeats an uninterrupted one only because the checkpoint hook
@@ -38,6 +39,10 @@ def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
             sched.T_max = sched.end - sched.begin
         schedulers.append(sched)
     cfg.param_scheduler = schedulers
+    # the paper's one frozen epoch for the prototypes (the toy config freezes
+    # them for its whole run), so that a 2-epoch run has both phases
+    freeze, = [h for h in cfg.custom_hooks if h.type == 'DINOFreezeLastLayerHook']
+    freeze.freeze_epochs = 1
     cfg.default_hooks.checkpoint.update(interval=1, max_keep_ckpts=3)
     cfg.default_hooks.logger.interval = 1
     cfg.log_level = 'WARNING'
