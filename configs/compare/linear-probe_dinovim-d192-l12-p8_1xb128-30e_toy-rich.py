@@ -7,9 +7,7 @@ model = dict(
     backbone=dict(
         _base_.dinovim_backbone,
         _delete_=True,
-        out_indices=list(range(-_base_.num_blocks, 0)),
+        **_base_.probe_backbone,
         feature_source='mixer',
-        frozen_stages=12,
-        init_cfg=dict(type='Pretrained',
-                      checkpoint='work_dirs/compare/dinovim/epoch_20.pth',
-                      prefix='teacher.backbone.')))
+        init_cfg=dict(_base_.probe_init_cfg,
+                      checkpoint='work_dirs/compare/dinovim/epoch_20.pth')))

@@ -7,9 +7,7 @@ model = dict(
     backbone=dict(
         _base_.linearvit_backbone,
         _delete_=True,
-        out_indices=list(range(-_base_.num_blocks, 0)),
+        **_base_.probe_backbone,
         feature_source='normed',
-        frozen_stages=12,
-        init_cfg=dict(type='Pretrained',
-                      checkpoint='work_dirs/compare/linearvit/epoch_20.pth',
-                      prefix='teacher.backbone.')))
+        init_cfg=dict(_base_.probe_init_cfg,
+                      checkpoint='work_dirs/compare/linearvit/epoch_20.pth')))

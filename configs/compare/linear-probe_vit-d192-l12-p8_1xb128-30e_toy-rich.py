@@ -8,9 +8,7 @@ model = dict(
     backbone=dict(
         _base_.vit_backbone,
         _delete_=True,
-        out_indices=list(range(-_base_.num_blocks, 0)),
-        frozen_stages=12,
-        init_cfg=dict(type='Pretrained',
-                      checkpoint='work_dirs/compare/vit/epoch_20.pth',
-                      prefix='teacher.backbone.')),
+        **_base_.probe_backbone,
+        init_cfg=dict(_base_.probe_init_cfg,
+                      checkpoint='work_dirs/compare/vit/epoch_20.pth')),
     neck=dict(with_bn=True))

@@ -14,6 +14,11 @@ num_blocks = 4
 num_classes = 12
 batch_size = 128
 max_epochs = 30
+# what each probe adds to its DINO config's backbone (_base_/backbones_*.py):
+# frozen, the last blocks read out, weights from the run's teacher
+# (`init_cfg=dict(probe_init_cfg, checkpoint=...)`)
+probe_backbone = dict(out_indices=list(range(-num_blocks, 0)), frozen_stages=12)
+probe_init_cfg = dict(type='Pretrained', prefix='teacher.backbone.')
 model = dict(
     neck=dict(in_channels=embed_dims * num_blocks),
     head=dict(num_classes=num_classes, in_channels=embed_dims * num_blocks))
