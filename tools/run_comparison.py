@@ -143,10 +143,15 @@ def finish_all(steps) -> List[float]:
                 proc.wait()
 
 
+def epoch_checkpoints(work_dir: str) -> List[str]:
+    """The ``epoch_N.pth`` files of an mmengine work dir, by N."""
+    return sorted(glob.glob(osp.join(work_dir, 'epoch_*.pth')),
+                  key=lambda p: int(osp.basename(p)[6:-4]))
+
+
 def latest_checkpoint(work_dir: str) -> str:
     """The highest ``epoch_N.pth`` of an mmengine work dir."""
-    ckpts = sorted(glob.glob(osp.join(work_dir, 'epoch_*.pth')),
-                   key=lambda p: int(osp.basename(p)[6:-4]))
+    ckpts = epoch_checkpoints(work_dir)
     if not ckpts:
         sys.exit(f'no epoch_*.pth checkpoint in {work_dir}')
     return ckpts[-1]
@@ -170,10 +175,10 @@ def finished_probe(probe_dir: str, config: str) -> Optional[Tuple[str, str]]:
     classifier the checkpoint holds; the checkpoint is the highest epoch_N.pth.
     """
     dump = osp.join(probe_dir, osp.basename(config))
-    ckpts = glob.glob(osp.join(probe_dir, 'epoch_*.pth'))
+    ckpts = epoch_checkpoints(probe_dir)
     if not osp.isfile(dump) or not ckpts:
         return None
-    return dump, max(ckpts, key=lambda p: int(osp.basename(p)[6:-4]))
+    return dump, ckpts[-1]
 
 
 def train_probes(models, args, data_root: str, work_dir: str,
