@@ -1,4 +1,4 @@
-"""The demo's checks, on made-up logs (the demo itself takes a minute: README)."""
+"""The demo's checks, on made-up logs (the demo itself takes minutes: README)."""
 import pytest
 
 
