@@ -91,11 +91,11 @@ def knn_data_options(config: str, data_root: str) -> List[str]:
             for loader in ('bank_dataloader', 'query_dataloader')]
 
 
-def probe_options(backbone: str, data_root: str) -> List[str]:
-    """``--cfg-options`` of a configs/compare/ linear probe: its frozen backbone
-    from ``backbone`` (a file of extract_teacher.py; None: the config's own
-    initialisation, for a run without init.pth) and all three loaders on
-    ``data_root``."""
+def probe_options(backbone: Optional[str], data_root: str) -> List[str]:
+    """``--cfg-options`` of a linear-probe config (configs/compare/'s, or the toy
+    one of tools/run_demo.py): its frozen backbone from ``backbone`` (a file of
+    extract_teacher.py; None: the config's own initialisation, for a run without
+    init.pth) and all three loaders on ``data_root`` and its ``classes.txt``."""
     opts = (['model.backbone.init_cfg=None'] if backbone is None else
             [f'model.backbone.init_cfg.checkpoint={backbone}',
              'model.backbone.init_cfg.prefix=None'])
@@ -196,8 +196,9 @@ def train_probes(models, args, data_root: str, work_dir: str,
     for name, teacher, init in models:
         for row, backbone in (('dino', teacher), ('random', init)):
             probe_dir = osp.join(work_dir, f'probe_{name}_{row}')
-            done = finished_probe(probe_dir, PROBE_CONFIGS[name])
-            if args.skip_train and done is not None:
+            done = finished_probe(probe_dir, PROBE_CONFIGS[name]) \
+                if args.skip_train else None
+            if done is not None:
                 probes[f'{name}-{row}'] = done
                 print(f'[probe] {name}-{row}: reusing {osp.relpath(done[1], work_dir)}',
                       flush=True)
@@ -291,6 +292,7 @@ def main(argv=None) -> None:
         else:
             for name in args.models:
                 report(name, finish_step(train(name)))
+
     def extract(name, ckpt, suffix):
         teacher = osp.join(work_dir, f'{name}_{suffix}.pth')
         run_step(f'extract_{name}_{suffix}',

@@ -30,7 +30,6 @@ import json
 import math
 import os
 import os.path as osp
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -38,25 +37,15 @@ from typing import Dict, List, Optional
 
 from mmengine.config import Config
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+# the step runner, checkpoint listing and probe overrides of the comparison
+# recipe, a script beside this one (tools/ is on the path when run as a script;
+# put there for an import by file path)
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from run_comparison import (ROOT, epoch_checkpoints, latest_checkpoint,  # noqa: E402
+                            probe_options, run_step)
+
 DINO_CONFIG = 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py'
 PROBE_CONFIG = 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py'
-
-
-def run_step(name: str, cmd: List[str], work_dir: str) -> float:
-    """Run ``cmd`` from the repository root, logging to ``<work_dir>/<name>.log``."""
-    log = osp.join(work_dir, f'{name}.log')
-    start = time.time()
-    with open(log, 'w') as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep +
-                                       os.environ.get('PYTHONPATH', '')))
-    if proc.returncode != 0:
-        with open(log) as f:
-            tail = f.readlines()[-30:]
-        sys.exit(f'step {name!r} failed (exit status {proc.returncode}); last lines '
-                 f'of {log}:\n' + ''.join(tail))
-    return time.time() - start
 
 
 def read_scalars(work_dir: str) -> List[dict]:
@@ -179,15 +168,12 @@ def main(argv=None):
     losses = epoch_losses(read_scalars(dino_dir))
     print(f'[2/5] DINO pretraining ({DINO_CONFIG}) [{seconds:.0f} s]')
     print_curve(losses)
-    ckpts = sorted(glob.glob(osp.join(dino_dir, 'epoch_*.pth')),
-                   key=lambda p: int(osp.basename(p)[6:-4]))
-    if not ckpts:
-        sys.exit(f'no checkpoint in {dino_dir}')
+    last = latest_checkpoint(dino_dir)
 
     teacher = osp.join(work_dir, 'dinovim-toy_dino-teacher.pth')
     run_step('extract_teacher', [python, 'tools/model_converters/extract_teacher.py',
-                                 ckpts[-1], teacher], work_dir)
-    print(f'[3/5] teacher backbone of {osp.relpath(ckpts[-1], ROOT)} -> '
+                                 last, teacher], work_dir)
+    print(f'[3/5] teacher backbone of {osp.relpath(last, ROOT)} -> '
           f'{osp.relpath(teacher, ROOT)}')
     # the weights the run started from (InitialWeightsHook): "random init" below
     init = osp.join(work_dir, 'dinovim-toy_init.pth')
@@ -195,15 +181,9 @@ def main(argv=None):
                               osp.join(dino_dir, 'init.pth'), init], work_dir)
 
     probe_dir = osp.join(work_dir, 'linear_probe')
-    classes = osp.join(data_root, 'classes.txt')
-    probe_opts = [f'model.backbone.init_cfg.checkpoint={teacher}',
-                  'model.backbone.init_cfg.prefix=None']
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        probe_opts += [f'{loader}.dataset.data_root={data_root}',
-                       f'{loader}.dataset.classes={classes}']
     seconds = run_step('linear_probe', [python, 'tools/train.py', PROBE_CONFIG,
                                         '--work-dir', probe_dir, '--cfg-options',
-                                        *probe_opts], work_dir)
+                                        *probe_options(teacher, data_root)], work_dir)
     records = read_scalars(probe_dir)
     probe_losses = epoch_losses(records)
     accuracies = [r['accuracy/top1'] for r in records if 'accuracy/top1' in r]
@@ -219,9 +199,9 @@ def main(argv=None):
     print(side_by_side(random_init, dino))
 
     print('\nCheckpoints:')
-    print(f'  DINO (student, teacher, centre, optimizer): {osp.relpath(ckpts[-1], ROOT)}')
+    print(f'  DINO (student, teacher, centre, optimizer): {osp.relpath(last, ROOT)}')
     print(f'  teacher backbone:                           {osp.relpath(teacher, ROOT)}')
-    for path in sorted(glob.glob(osp.join(probe_dir, 'epoch_*.pth'))):
+    for path in epoch_checkpoints(probe_dir):
         print(f'  linear probe:                               {osp.relpath(path, ROOT)}')
     print('Logs:')
     for name in ('dino', 'extract_teacher', 'linear_probe'):
