@@ -38,13 +38,35 @@ class _FakeKernel:
     constexprs = [8, 9]
 
 
-def test_launcher_key_equals_the_per_argument_definition():
+def test_launcher_key_is_finer_than_the_per_argument_definition():
+    """Equal keys must mean one compiled kernel (equal per-argument keys); the key
+    may tell apart more (the integers themselves), never less."""
     t = torch.zeros(64)
-    values = [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, None, 7, 2**63]
-    key = Launcher(_FakeKernel()).key(0, values, dict(num_warps=4))
-    expected = tuple(_arg_key(v, i in _FakeKernel.constexprs)
-                     for i, v in enumerate(values))
-    assert key == (0, *expected, 4, None, None, None)
+    launcher = Launcher(_FakeKernel())
+    calls = [[t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, None, 7, 2**63],
+             [torch.ones(8), t[1:], t.double(), 1, 48, 2**40, True, 0.5, None, 7, 2**63],
+             [t, t[4:], t.double(), 1, 48, 2**40, True, 0.5, None, 7, 2**63],
+             [t, t[1:], t.double(), 1, 64, 2**40, True, 0.5, None, 7, 2**63],
+             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, None, 9, 2**63],
+             [t, t[1:], t.float(), 1, 48, 2**40, True, 0.5, None, 7, 2**63],
+             [t, t[1:], t.double(), True, 48, 2**40, True, 0.5, None, 7, 2**63],
+             [t, t[1:], t.double(), 1.0, 48, 2**40, True, 0.5, None, 7, 2**63],
+             [t, t[1:], t.double(), 2, 48, 2**40, False, 0.5, None, 7, 2**63],
+             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, 1, 7, 2**63]]
+    keys = [launcher.key(0, v, dict(num_warps=4)) for v in calls]
+    defs = [tuple(_arg_key(x, i in _FakeKernel.constexprs) for i, x in enumerate(v))
+            for v in calls]
+    for a in range(len(calls)):
+        for b in range(len(calls)):
+            if keys[a] == keys[b]:
+                assert defs[a] == defs[b], (a, b)
+            if defs[a] != defs[b]:
+                assert keys[a] != keys[b], (a, b)
+    assert keys[0] == keys[1]  # another aligned float32 tensor: the same kernel
+    assert keys[0] != keys[3]  # 48 -> 64: the same kernel, a new key (finer)
+    assert len(set(keys)) == len(keys) - 1
+    assert launcher.key(0, calls[0], dict(num_warps=8)) != keys[0]
+    assert launcher.key(1, calls[0], dict(num_warps=4)) != keys[0]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')

@@ -7,8 +7,9 @@ driver for the device and stream, then launches. A DinoVim training step makes a
 few hundred such launches, and that work is a large part of the host's time per
 step. :class:`Launcher` keeps, per kernel, the compiled kernels by a key computed
 from the same properties of the arguments (so it tells apart exactly the calls that
-Triton would compile differently) and launches a known one directly; an unknown key
-goes through Triton's own path once, which compiles if needed and launches.
+Triton would compile differently: the arguments themselves, tensors by dtype and
+alignment) and launches a known one directly; an unknown key goes through Triton's
+own path once, which compiles if needed and launches.
 
 Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
 Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
@@ -37,19 +38,26 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+# Triton reads it when a kernel is decorated, so once per process is enough here too
+_INTERPRET = os.environ.get('TRITON_INTERPRET', '0') == '1'
+
+
 def fast_launch_enabled() -> bool:
-    return (os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1') != '0'
-            and os.environ.get('TRITON_INTERPRET', '0') != '1')
+    return os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1') != '0' and not _INTERPRET
+
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a Triton without knobs (or none): no fast path
+    _knobs = None
 
 
 def _launch_hooks_set() -> bool:
     """Whether anything (a profiler) hooks Triton's launches: then every launch
     goes through Triton's path, which calls the hooks."""
-    try:
-        from triton import knobs
-    except ImportError:  # a Triton without knobs: no fast path
+    if _knobs is None:
         return True
-    hook = knobs.runtime.launch_enter_hook
+    hook = _knobs.runtime.launch_enter_hook
     # a HookChain (Triton >= 3.5) is never None; it hooks when it holds calls
     return hook is not None and bool(getattr(hook, 'calls', True))
 
@@ -88,23 +96,18 @@ class Launcher:
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def key(self, device: int, values: list, kwargs: dict) -> tuple:
-        """The compiled kernel's key: :func:`_arg_key` of every argument, written
-        out for the common types (a function call per argument costs as much as
-        the launch itself)."""
-        key = [device]
-        add = key.append
-        for v, c in zip(values, self.constexpr):
-            if c:
-                add(v)
-            elif type(v) is int:
-                add((v == 1, v % 16 == 0, -_I32 <= v < _I32, v >= 2**63))
-            elif isinstance(v, Tensor):
-                add((v.dtype, v.data_ptr() % 16 == 0))
-            else:
-                add(_arg_key(v, False))
-        for o in _LAUNCH_OPTIONS:
-            add(kwargs.get(o))
-        return tuple(key)
+        """The compiled kernel's key: the arguments' types, the arguments
+        themselves (tensors by their dtype and 16-byte alignment) and the launch
+        options. Finer than
+        Triton's specialisation (:func:`_arg_key`: integers by ``== 1``,
+        divisibility by 16 and range), so calls with one key compile alike; a new
+        integer (a new shape) costs one trip through Triton's path, which finds
+        the compiled kernel. One comprehension: a function call per argument
+        would cost as much as the launch itself."""
+        return (device, *map(type, values),  # True == 1 == 1.0: the types tell apart
+                *[(v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, Tensor) else v
+                  for v in values],
+                *[kwargs.get(o) for o in _LAUNCH_OPTIONS])
 
     def launch(self, grid, args, kwargs):
         if _launch_hooks_set():
