@@ -97,6 +97,9 @@ for key, conv_bias in (('mixer', True), ('mixer_nobias', False)):
     y = mixer_core_triton(mixer.in_proj(u32), mixer.core_params(), mixer.spec)
     g = torch.autograd.grad(y, [u32] + list(mixer.parameters()), dy.float())
     errors[key + '.y'] = rel(y, y_ref)
+    with torch.no_grad():  # the forward alone, outside the autograd function
+        y_nograd = mixer_core_triton(mixer.in_proj(u32), mixer.core_params(), mixer.spec)
+    errors[key + '.no_grad_bits'] = (y_nograd - y).abs().max().item()
     names = ['u'] + [n for n, _ in mixer.named_parameters()]
     for name, a, b in zip(names, g, g_ref):
         errors[key + '.d' + name] = rel(a, b)
@@ -121,6 +124,10 @@ res_ref = h.double() * sc.double()[:, None, None] + r.double()
 out_ref = rms_norm(res_ref, w.double(), 1e-5)
 g = torch.autograd.grad([res, out], [h, r, w], [gr.float(), go.float()])
 g_ref = torch.autograd.grad([res_ref, out_ref], [h, r, w], [gr, go])
+with torch.no_grad():
+    nograd = add_rms_norm_triton(h, r, w, 1e-5, torch.float32, sc)
+errors['addnorm_scaled.no_grad_bits'] = max((a - b).abs().max().item()
+                                            for a, b in zip(nograd, (res, out)))
 errors['addnorm_scaled.res'] = rel(res, res_ref)
 errors['addnorm_scaled.out'] = rel(out, out_ref)
 for name, a, b in zip(['h', 'residual', 'weight'], g, g_ref):
@@ -200,6 +207,31 @@ for chunk in (16, 32):
     outs.append([dx, *scan_backward(scan_args(chunk), dy, dx)])
 for name, a, b in zip('dx dB dC ddt dA dbias dD'.split(), outs[1], outs[0]):
     errors[f'chunk32.{name}'] = rel(a, b)
+# the mixer's layout: A_log and a per-head D read by the kernels as they are,
+# against A = -exp(A_log) and D expanded over the channels (forward cut in
+# segments too, so that the segment-state kernel reads A_log; backward, whose dA
+# is then A_log's gradient)
+Alog8, Dh8 = torch.randn(8) * 0.5, torch.randn(8)
+def layout_args(chunk, log):
+    A, D = Alog8, Dh8
+    if not log:
+        A, D = -Alog8.exp(), Dh8[:, None].expand(8, 16).contiguous()
+    return ScanArgs(xbc[..., :64].view(1, 70, 2, 4, 16),
+                    xbc[..., 64:80].view(1, 70, 2, 1, 16),
+                    xbc[..., 80:].view(1, 70, 2, 1, 16), raw, bias8, A, D, True, chunk,
+                    a_log=log)
+y_lin = scan_forward(layout_args(16, False), torch.empty(1, 70, 2, 4, 16), segments=1)
+for segments in (1, 2):
+    y_log = scan_forward(layout_args(16, True), torch.empty(1, 70, 2, 4, 16),
+                         segments=segments)
+    errors[f'a_log_segments{segments}.y'] = rel(y_log, y_lin)
+outs = []
+for log in (True, False):
+    dx = torch.empty(1, 70, 2, 4, 16)
+    outs.append([dx, *scan_backward(layout_args(32, log), dy, dx, dD_per_slot=True)])
+outs[1][4] = outs[1][4] * -Alog8.exp()  # dA_log = dA * A
+for name, a, b in zip('dx dB dC ddt dA_log dbias dD'.split(), outs[0], outs[1]):
+    errors[f'a_log.{name}'] = rel(a, b)
 # extreme steps (float32's exp range): one token with dt * |A| = 1e5 among small
 # steps in head 0; in head 1 a run of dt = 1e36 (A = -16), whose log-decays summed
 # over a chunk leave float32's range (-inf - -inf was NaN); the recurrence in
@@ -233,7 +265,10 @@ def test_triton_kernels_in_interpreter():
                 'segments5.y', 'extreme_dt_segments.finite', 'extreme_dt_segments.y',
                 'chunk32.dB', 'chunk32.dC', 'chunk32.ddt', 'chunk32.dD',
                 'conv.out', 'conv.dx', 'conv.dw', 'conv.db', 'extreme_dt.finite',
-                'extreme_dt.y'}
+                'extreme_dt.y', 'a_log_segments1.y', 'a_log_segments2.y',
+                'a_log.dx', 'a_log.dA_log', 'a_log.dD', 'a_log.ddt', 'a_log.dbias',
+                'mixer.no_grad_bits', 'mixer_nobias.no_grad_bits',
+                'addnorm_scaled.no_grad_bits'}
     assert expected <= set(errors), sorted(errors)
     assert {'half:addnorm16.out', 'half:addnorm16.dh', 'addnorm16.kept_float32_rows'} \
         <= set(errors)

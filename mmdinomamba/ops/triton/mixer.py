@@ -64,30 +64,31 @@ class _Stacked:
     the float32 layout the kernels read (a few KB; the backward reuses them).
 
     All of them are copied by one ``torch.cat`` into one buffer, of which the
-    fields are views: four launches per call where stacking each kind took nine
-    (the host's work per call is what an eager step waits on).
+    fields are views: one launch per call (the host's work per call is what an
+    eager step waits on). The kernels read ``A_log`` and the per-head ``D`` as they
+    are (``A = -exp(A_log)`` is computed in them).
     """
 
-    def __init__(self, params: List[Tensor], ndir: int, has_conv_b: bool,
-                 headdim: int):
-        kinds = 6 if has_conv_b else 5
-        flat = torch.cat([t.reshape(-1) for t in params])
+    def __init__(self, params: List[Tensor], spec: MixerSpec, has_conv_b: bool):
+        ndir, conv_dim, nheads = spec.ndir, spec.conv_dim, spec.nheads
+        flat = torch.cat([params[0].reshape(-1), *params[1:]] if ndir == 1 else
+                         [params[0].reshape(-1), params[1].reshape(-1), *params[2:]])
         if flat.dtype != torch.float32:
             flat = flat.float()
-        sizes = [sum(params[i].numel() for i in range(k * ndir, (k + 1) * ndir))
-                 for k in range(kinds)]
+        d_conv = params[0].shape[-1]
+        sizes = ([ndir * conv_dim * d_conv] + [ndir * conv_dim] * has_conv_b
+                 + [ndir * nheads] * 3 + [ndir * spec.d_inner])
         parts = list(flat.split(sizes))
-        self.conv_w = parts.pop(0).view(ndir, -1, params[0].shape[-1])
-        self.conv_b = parts.pop(0).view(ndir, -1) if has_conv_b else None
-        self.dt_bias, A_log, D, norm_w = parts
-        self.A = torch.exp(A_log).neg_()
-        self.D = D[:, None].expand(-1, headdim).contiguous()
-        self.norm_w = norm_w.view(ndir, -1)
+        self.conv_w = parts.pop(0).view(ndir, conv_dim, d_conv)
+        self.conv_b = parts.pop(0).view(ndir, conv_dim) if has_conv_b else None
+        self.dt_bias, self.A_log, self.D, norm_w = parts
+        self.norm_w = norm_w.view(ndir, spec.d_inner)
 
     def scan_args(self, xbc2: Tensor, dt: Tensor, spec: MixerSpec,
                   chunk: int) -> ScanArgs:
         x, B, C = _split_xbc(xbc2, spec)
-        return ScanArgs(x, B, C, dt, self.dt_bias, self.A, self.D, True, chunk)
+        return ScanArgs(x, B, C, dt, self.dt_bias, self.A_log, self.D, True, chunk,
+                        a_log=True)
 
 
 def _flat_params(params: MixerParams) -> List[Tensor]:
@@ -156,8 +157,8 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     dxbc2 = torch.empty_like(xbc2)
     dx_out = _split_xbc(dxbc2, spec)[0]
     dBC = xbc2.new_empty(2, batch, seqlen, args.nslots, spec.d_state)
-    _, _, ddt, dA, dbias, dD = scan_backward(args, dy2.view(args.x.shape), dx_out,
-                                             dD_per_slot=True, dBC=dBC)
+    _, _, ddt, dA_log, dbias, dD = scan_backward(  # the kernels read A_log: its dA
+        args, dy2.view(args.x.shape), dx_out, dD_per_slot=True, dBC=dBC)
     # dB and dC summed over each group's heads in one reduction, into the gradient
     # of the conv output: its [B, C] columns viewed as (2, batch, seqlen, ndir, G, N)
     G, N = spec.ngroups, spec.d_state
@@ -165,7 +166,6 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
               .permute(3, 0, 1, 2, 4, 5))
     ddt_raw.copy_(ddt.view(batch, seqlen, ndir, -1).sum(2))
     dconv_w, dconv_b = conv_backward(xBC, p.conv_w, p.conv_b, dxbc2, dxBC)
-    dA_log = dA * p.A
     stacked = [dconv_w, dconv_b, dbias, dA_log, dD, dnorm_w]
     return dzxbcdt, dout_w, dout_b, stacked
 
@@ -181,7 +181,8 @@ def _unstack(stacked: List[Optional[Tensor]], params: List[Tensor]) -> List[Tens
     for g in per_head:
         grads += g.view(ndir, -1).unbind(0)
     grads += dnorm_w.unbind(0)
-    return [g.to(q.dtype) for g, q in zip(grads, params)]
+    # a cast only where one is needed (a no-op ``to`` still costs a dispatch)
+    return [g if g.dtype == q.dtype else g.to(q.dtype) for g, q in zip(grads, params)]
 
 
 class _MixerCore(torch.autograd.Function):
@@ -191,7 +192,7 @@ class _MixerCore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, zxbcdt, out_w, out_b, spec, has_conv_b, *params):
         zxbcdt = zxbcdt.contiguous()
-        p = _Stacked(params, spec.ndir, has_conv_b, spec.headdim)
+        p = _Stacked(params, spec, has_conv_b)
         w_c = out_w.to(zxbcdt.dtype)
         res, y2, rstd = _core_forward(zxbcdt, w_c, out_b, p, spec)
         ctx.save_for_backward(zxbcdt, y2, rstd, w_c, *params)
@@ -219,7 +220,7 @@ def _op_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
                 headdim: int, ndir: int, eps: float, has_conv_b: bool
                 ) -> Tuple[Tensor, Tensor, Tensor]:
     spec = MixerSpec(d_inner, ngroups, d_state, headdim, ndir, eps)
-    p = _Stacked(params, ndir, has_conv_b, headdim)
+    p = _Stacked(params, spec, has_conv_b)
     return _core_forward(zxbcdt.contiguous(), out_w.to(zxbcdt.dtype), out_b, p, spec)
 
 
@@ -241,7 +242,7 @@ def _op_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     outside the op: an op returns no views of its outputs); empty tensors stand for
     the missing biases' (an op returns no None)."""
     spec = MixerSpec(d_inner, ngroups, d_state, headdim, ndir, eps)
-    p = _Stacked(params, ndir, has_conv_b, headdim)
+    p = _Stacked(params, spec, has_conv_b)
     zxbcdt = zxbcdt.contiguous()
     dzxbcdt, dout_w, dout_b, stacked = _core_backward(
         dres, zxbcdt, y2, rstd, out_w.to(zxbcdt.dtype), out_w.dtype, has_out_b,
@@ -322,5 +323,9 @@ def mixer_core_triton(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> T
                          f'got {spec.d_conv}')
     if torch.compiler.is_compiling():
         return mixer_core_op(zxbcdt, params, spec)
-    return _MixerCore.apply(zxbcdt, params.out_w, params.out_b, spec,
-                            params.conv_b is not None, *_flat_params(params))
+    flat, has_conv_b = _flat_params(params), params.conv_b is not None
+    if not torch.is_grad_enabled():  # no graph to record: the forward alone
+        p = _Stacked(flat, spec, has_conv_b)
+        return _core_forward(zxbcdt.contiguous(), params.out_w.to(zxbcdt.dtype),
+                             params.out_b, p, spec)[0]
+    return _MixerCore.apply(zxbcdt, params.out_w, params.out_b, spec, has_conv_b, *flat)

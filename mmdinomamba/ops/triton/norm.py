@@ -260,30 +260,40 @@ def _add_norm_bwd_kernel(dout_ptr, dres_ptr, saved_ptr, w_ptr, rstd_ptr, scale_p
     tl.store(dw_ptr + pid * DIM + cols, dw, mask=cmask)
 
 
+def _add_norm_forward(h: Tensor, residual, weight: Tensor, eps: float,
+                      out_dtype: torch.dtype, scale, save_normed: bool):
+    """The add + norm kernel: the new residual (rows, dim) float32, the normed rows
+    in ``out_dtype``, their rstd (rows,) and, with ``save_normed``, the normed rows
+    again in ``out_dtype`` (what the backward reads), else None."""
+    dim = h.shape[-1]
+    h2 = h.contiguous().view(-1, dim)
+    res2 = residual.contiguous().view(-1, dim) if residual is not None else None
+    rows = h2.shape[0]
+    seqlen = rows // h.shape[0] if h.dim() > 1 else 1
+    res_out = torch.empty(rows, dim, device=h.device, dtype=torch.float32)
+    out = torch.empty(rows, dim, device=h.device, dtype=out_dtype)
+    rstd = torch.empty(rows, device=h.device, dtype=torch.float32)
+    normed = torch.empty_like(out) if save_normed else None
+    block = next_power_of_2(dim)
+    launch(_add_norm_fwd_kernel)[(rows, )](
+        h2, res2 if res2 is not None else h2, scale if scale is not None else rstd,
+        weight, res_out, out, rstd, normed if save_normed else rstd, eps, seqlen,
+        DIM=dim, BLOCK=block, HAS_RESIDUAL=res2 is not None,
+        HAS_SCALE=scale is not None, SAVE_NORMED=save_normed,
+        num_warps=max(1, min(8, block // 256)))
+    return res_out, out, rstd, normed, seqlen
+
+
 class _AddRMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, residual, weight, eps, out_dtype, scale):
-        dim = h.shape[-1]
-        h2 = h.contiguous().view(-1, dim)
-        res2 = residual.contiguous().view(-1, dim) if residual is not None else None
-        rows = h2.shape[0]
-        seqlen = rows // h.shape[0] if h.dim() > 1 else 1
-        res_out = torch.empty(rows, dim, device=h.device, dtype=torch.float32)
-        out = torch.empty(rows, dim, device=h.device, dtype=out_dtype)
-        rstd = torch.empty(rows, device=h.device, dtype=torch.float32)
         # a half-precision output (autocast): the backward reads the normalised rows
         # in that dtype (bounded by sqrt(dim), half the bytes of the float32
         # residual), as in_proj's weight gradient reads the normed output
         save_normed = out_dtype in (torch.float16, torch.bfloat16)
-        normed = torch.empty_like(out) if save_normed else None
-        block = next_power_of_2(dim)
-        launch(_add_norm_fwd_kernel)[(rows, )](
-            h2, res2 if res2 is not None else h2, scale if scale is not None else rstd,
-            weight, res_out, out, rstd, normed if save_normed else rstd, eps, seqlen,
-            DIM=dim, BLOCK=block, HAS_RESIDUAL=res2 is not None,
-            HAS_SCALE=scale is not None, SAVE_NORMED=save_normed,
-            num_warps=max(1, min(8, block // 256)))
+        res_out, out, rstd, normed, seqlen = _add_norm_forward(
+            h, residual, weight, eps, out_dtype, scale, save_normed)
         ctx.save_for_backward(normed if save_normed else res_out, weight, rstd, scale)
         ctx.meta = (h.dtype, residual is not None, weight.dtype, h.shape, seqlen,
                     save_normed)
@@ -329,4 +339,8 @@ def add_rms_norm_triton(h: Tensor, residual, weight: Tensor, eps: float,
     """
     if scale is not None:
         scale = scale.float().contiguous()
+    if not torch.is_grad_enabled():  # no graph to record: the forward alone
+        res_out, out, *_ = _add_norm_forward(h, residual, weight, eps, out_dtype, scale,
+                                             save_normed=False)
+        return res_out.view(h.shape), out.view(h.shape)
     return _AddRMSNorm.apply(h, residual, weight, eps, out_dtype, scale)

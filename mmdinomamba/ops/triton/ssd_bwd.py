@@ -18,7 +18,8 @@ import triton.language as tl
 from .launch import launch
 from .ssd_common import (LOG_DECAY_FLOOR, ScanArgs, _chunk_positions, _chunk_steps,
                          _load_chunk, _load_raw, _load_rows, _program_bases,
-                         _tile_offsets, block, occupancy_maxnreg, strides)
+                         _slot_A, _slot_D, _tile_offsets, block, occupancy_maxnreg,
+                         strides)
 
 Tensor = torch.Tensor
 
@@ -34,7 +35,7 @@ def _ssd_bwd_states_kernel(
         s_yb, s_yl, s_yd, s_yh,
         HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-        DOT_PREC: tl.constexpr):
+        A_LOG: tl.constexpr, DOT_PREC: tl.constexpr):
     """Backward pass 1, one program per (slot, image), two sweeps over the chunks.
 
     Forward sweep: ``hin[c]``, the state entering chunk c. Reverse sweep:
@@ -53,7 +54,7 @@ def _ssd_bwd_states_kernel(
     offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
         0, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     state_base = (b * nslots + slot) * nchunks * BLOCK_P * BLOCK_N
-    A = tl.load(A_ptr + slot).to(tl.float32)
+    A = _slot_A(A_ptr, slot, A_LOG)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
     state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
@@ -114,7 +115,8 @@ def _ssd_bwd_chunk_kernel(
         s_gb, s_gl, s_gd, s_gh,
         HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-        HAS_D: tl.constexpr, DOT_PREC: tl.constexpr):
+        HAS_D: tl.constexpr, D_PER_SLOT: tl.constexpr, A_LOG: tl.constexpr,
+        DOT_PREC: tl.constexpr):
     """Backward pass 2, one program per (slot, image, chunk), all independent.
 
     From the chunk's inputs, ``dy``, and ``hin[c]``, ``dout[c]`` and ``carry[c]``
@@ -136,7 +138,7 @@ def _ssd_bwd_chunk_kernel(
     row = (b * nslots + slot) * nchunks + c  # (image, slot, chunk): the states
     # (slot, image, chunk): the partial sums, reduced over one contiguous axis
     part = (slot * tl.num_programs(1) + b) * nchunks + c
-    A = tl.load(A_ptr + slot).to(tl.float32)
+    A = _slot_A(A_ptr, slot, A_LOG)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
     pos, valid, raw, dt, gcs, glast, x, Bt, Ct = _load_chunk(
@@ -181,10 +183,13 @@ def _ssd_bwd_chunk_kernel(
     da = tl.sum(tl.where(offs_q[None, :] >= offs_q[:, None], dg[None, :], 0.), 1)
     da = tl.where(dt * A >= LOG_DECAY_FLOOR, da, 0.)
     ddt = A * da + tl.sum(x.to(tl.float32) * dX, 1)
-    tl.store(dA_ptr + part, tl.sum(dt * da, 0))
+    dA = tl.sum(dt * da, 0)
+    if A_LOG:  # dA_log = dA * dA/dA_log = dA * A
+        dA = dA * A
+    tl.store(dA_ptr + part, dA)
     dxv = dt[:, None] * dX
     if HAS_D:
-        Dv = tl.load(D_ptr + slot * HEADDIM + offs_p, mask=mask_p, other=0.)
+        Dv = _slot_D(D_ptr, slot, offs_p, mask_p, HEADDIM, D_PER_SLOT)
         dxv += Dv[None, :] * dy.to(tl.float32)
         tl.store(dD_ptr + part * HEADDIM + offs_p,
                  tl.sum(x.to(tl.float32) * dy.to(tl.float32), 0), mask=mask_p)
@@ -263,7 +268,7 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         states_maxnreg = occupancy_maxnreg(nslots * batch, dy.device)
     launch(_ssd_bwd_states_kernel)[(nslots, batch)](
         **inputs, num_warps=states_warps, maxnreg=states_maxnreg,
-        **{k: v for k, v in const.items() if k != 'HAS_D'})
+        **args.constexprs_without_D())
     # every chunk in parallel; a short last chunk (6 of 64 tokens at 198) in its own
     # launch with a tile that fits it, instead of a full tile that is mostly masked
     chunk = args.chunk

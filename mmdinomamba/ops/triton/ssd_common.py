@@ -11,7 +11,8 @@ bigger buffers (the mixer's packed projections) in place:
 x, y, dx   (batch, seqlen, direction, head, headdim) via 4 strides, last axis dense
 B, C       (batch, seqlen, direction, group, dstate) via 4 strides, last axis dense
 dt         (batch, seqlen, head), raw (before bias and softplus), shared by directions
-dt_bias    (slots,) float32; A (slots,) float32 (negative); D (slots, headdim) float32
+dt_bias    (slots,) float32; A (slots,) float32 (negative, or A_log with A_LOG)
+D          (slots, headdim) float32, or (slots,) with D_PER_SLOT
 =========  ====================================================================
 
 Per chunk of ``CHUNK`` tokens, with ``X = x * dt`` and ``g`` the within-chunk
@@ -49,6 +50,29 @@ def softplus_fp32(x):
     w = 1.0 + u
     log1p = tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
     return tl.where(x > 20.0, x, log1p)
+
+
+@triton.jit
+def _slot_A(A_ptr, slot, A_LOG: tl.constexpr):
+    """The slot's A in float32: as stored, or with ``A_LOG`` ``-exp`` of the stored
+    ``A_log`` (the mixer's parameter, read as it is: no host op per call)."""
+    A = tl.load(A_ptr + slot).to(tl.float32)
+    if A_LOG:
+        A = -tl.exp(A)
+    return A
+
+
+@triton.jit
+def _slot_D(D_ptr, slot, offs_p, mask_p, HEADDIM: tl.constexpr,
+            D_PER_SLOT: tl.constexpr):
+    """The slot's D for head channels ``offs_p`` in float32: a row of a (slots,
+    headdim) D, or with ``D_PER_SLOT`` the slot's one value of a (slots,) D, the
+    same for every channel."""
+    if D_PER_SLOT:
+        offs = slot + offs_p * 0
+    else:
+        offs = slot * HEADDIM + offs_p
+    return tl.load(D_ptr + offs, mask=mask_p, other=0.).to(tl.float32)
 
 
 @triton.jit
@@ -210,13 +234,16 @@ class ScanArgs:
         B, C (Tensor): viewed as (batch, seqlen, ndir, ngroups, dstate).
         dt (Tensor): (batch, seqlen, nheads) raw steps.
         dt_bias, A (Tensor): (ndir * nheads,) float32.
-        D (Tensor, optional): (ndir * nheads, headdim) float32.
+        D (Tensor, optional): (ndir * nheads, headdim) float32, or (ndir * nheads,)
+            (one D per head, as the mixer's).
         dt_softplus (bool): softplus the biased step.
         chunk (int): tokens per kernel chunk (a power of two >= 16).
+        a_log (bool): ``A`` holds ``A_log`` (A = -exp(A_log), computed by the
+            kernels), and the backward's ``dA`` is the gradient of ``A_log``.
     """
 
     def __init__(self, x: Tensor, B: Tensor, C: Tensor, dt: Tensor, dt_bias: Tensor,
-                 A: Tensor, D, dt_softplus: bool, chunk: int):
+                 A: Tensor, D, dt_softplus: bool, chunk: int, a_log: bool = False):
         for name, t in (('x', x), ('B', B), ('C', C)):
             if t.dim() != 5 or t.stride(-1) != 1:
                 raise ValueError(f'ssd_triton: `{name}` must be a 5-d view with a '
@@ -227,6 +254,7 @@ class ScanArgs:
         self.dt_bias, self.A, self.D = dt_bias, A, D
         self.dt_softplus = dt_softplus
         self.chunk = chunk
+        self.a_log = a_log
         self.nslots = self.ndir * self.nheads
         self.nchunks = cdiv(self.seqlen, chunk)
         self._inputs = self._constexprs = None
@@ -248,11 +276,19 @@ class ScanArgs:
         return self.D if self.D is not None else self.A
 
     def constexprs(self) -> Dict[str, object]:
-        """The kernels' compile-time arguments (shared: copy before changing)."""
+        """The kernels' compile-time arguments (shared: copy before changing); the
+        kernels that read no D take them without ``HAS_D`` and ``D_PER_SLOT``
+        (:meth:`constexprs_without_D`)."""
         if self._constexprs is None:
             self._constexprs = dict(
                 HEADDIM=self.headdim, DSTATE=self.dstate, CHUNK=self.chunk,
                 BLOCK_P=block(self.headdim), BLOCK_N=block(self.dstate),
                 DT_SOFTPLUS=self.dt_softplus, HAS_D=self.D is not None,
-                DOT_PREC=dot_precision(self.x.dtype))
+                D_PER_SLOT=self.D is not None and self.D.dim() == 1,
+                A_LOG=self.a_log, DOT_PREC=dot_precision(self.x.dtype))
         return self._constexprs
+
+    def constexprs_without_D(self) -> Dict[str, object]:
+        """:meth:`constexprs` less the D flags: those of the kernels that read no D."""
+        return {k: v for k, v in self.constexprs().items()
+                if k not in ('HAS_D', 'D_PER_SLOT')}

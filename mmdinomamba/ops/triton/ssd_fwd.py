@@ -24,8 +24,8 @@ import triton.language as tl
 
 from .launch import cdiv, launch
 from .ssd_common import (ScanArgs, _chunk_positions, _chunk_steps, _load_raw, _load_rows,
-                         _program_bases, _tile_offsets, occupancy_maxnreg,
-                         sm_count, strides)
+                         _program_bases, _slot_A, _slot_D, _tile_offsets,
+                         occupancy_maxnreg, sm_count, strides)
 
 Tensor = torch.Tensor
 
@@ -51,7 +51,8 @@ def _ssd_fwd_kernel(
         own_ptr, gseg_ptr, seg_chunks,
         HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-        HAS_D: tl.constexpr, DOT_PREC: tl.constexpr, P_BLOCKS: tl.constexpr):
+        HAS_D: tl.constexpr, D_PER_SLOT: tl.constexpr, A_LOG: tl.constexpr,
+        DOT_PREC: tl.constexpr, P_BLOCKS: tl.constexpr):
     """One (slot, channel block, image, segment): head channels [pb * BLOCK_P,
     (pb + 1) * BLOCK_P) of the segment's ``seg_chunks`` chunks.
 
@@ -70,10 +71,10 @@ def _ssd_fwd_kernel(
     offs_q, offs_p, offs_n, mask_p, mask_n, offs_state = _tile_offsets(
         pb * BLOCK_P, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
     causal = offs_q[:, None] >= offs_q[None, :]
-    A = tl.load(A_ptr + slot).to(tl.float32)
+    A = _slot_A(A_ptr, slot, A_LOG)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
     if HAS_D:
-        Dv = tl.load(D_ptr + slot * HEADDIM + offs_p, mask=mask_p, other=0.)
+        Dv = _slot_D(D_ptr, slot, offs_p, mask_p, HEADDIM, D_PER_SLOT)
     state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
     # the state entering the segment (none before the first)
     own_rows = offs_p[:, None] * BLOCK_N + offs_n[None, :]
@@ -121,7 +122,7 @@ def _ssd_fwd_segment_states_kernel(
         s_tb, s_tl, s_th,
         HEADDIM: tl.constexpr, DSTATE: tl.constexpr, CHUNK: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-        DOT_PREC: tl.constexpr, P_BLOCKS: tl.constexpr):
+        A_LOG: tl.constexpr, DOT_PREC: tl.constexpr, P_BLOCKS: tl.constexpr):
     """One (slot, channel block, image, segment s < nsegs - 1): ``H_own(s)``, the
     state segment s leaves from a zero state, into ``own`` (image, slot, segment,
     channel, state) in float32, and ``G(s)``, its summed log-decay, into ``gseg``
@@ -135,7 +136,7 @@ def _ssd_fwd_segment_states_kernel(
         s_xh, s_Bb, s_Bd, s_Bg, s_Cb, s_Cd, s_Cg, s_tb, s_th, s_xb, s_xd, s_xh)
     offs_q, offs_p, offs_n, mask_p, mask_n, _ = _tile_offsets(
         pb * BLOCK_P, CHUNK, BLOCK_P, BLOCK_N, HEADDIM, DSTATE)
-    A = tl.load(A_ptr + slot).to(tl.float32)
+    A = _slot_A(A_ptr, slot, A_LOG)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
     state = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
     total = 0.
@@ -206,6 +207,7 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 
         Tensor: ``y``.
     """
     const = dict(args.constexprs())
+    no_D = args.constexprs_without_D()
     if p_blocks & (p_blocks - 1) or const['BLOCK_P'] // p_blocks < 16:
         raise ValueError(f'scan_forward: p_blocks must be a power of two leaving at '
                          f'least 16 of the {const["BLOCK_P"]} channels, got {p_blocks}')
@@ -225,7 +227,7 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 
             (args.nslots * p_blocks, args.batch, segments - 1)](
                 **inputs, own_ptr=own, gseg_ptr=gseg, seg_chunks=seg_chunks,
                 nsegs=segments, num_warps=num_warps,
-                **{k: v for k, v in const.items() if k != 'HAS_D'})
+                **dict(no_D, BLOCK_P=const['BLOCK_P'], P_BLOCKS=p_blocks))
     else:
         own = gseg = args.A  # not read
     grid = (args.nslots * p_blocks, args.batch, segments)

@@ -28,10 +28,8 @@ class _SSDScan(torch.autograd.Function):
         A32 = A.float().contiguous()
         bias32 = (dt_bias.float().contiguous() if dt_bias is not None else
                   torch.zeros(nheads, device=x.device))
-        D32 = None
-        if D is not None:
-            D32 = (D.float() if D.dim() == 2 else D.float()[:, None].expand(
-                nheads, headdim)).contiguous()
+        # (nheads, headdim) or one per head, (nheads,): the kernels read either
+        D32 = D.float().contiguous() if D is not None else None
         args = ScanArgs(x5, B5, C5, dt, bias32, A32, D32, dt_softplus,
                         default_chunk(seqlen))
         y = torch.empty_like(x5)
