@@ -5,7 +5,8 @@ process, so that ratios compare like with like:
 
 * :func:`run_models`: for each backbone, input size and batch size, inference
   throughput (``torch.no_grad``, autocast), training-step throughput (forward,
-  backward and an AdamW step) and peak memory, eager and optionally replayed from
+  backward and an AdamW step, fused on CUDA as in the shipped schedules) and peak
+  memory, eager and optionally replayed from
   a CUDA graph (no host launch overhead), with the host time to issue one eager
   step and the kernel launches per step, each figure with its ratio to the
   baseline (ViT-B: mmpretrain's ``VisionTransformer`` when it imports, else
@@ -223,9 +224,12 @@ def _steps(model: torch.nn.Module, x: torch.Tensor, device: torch.device,
         with torch.no_grad(), _autocast(device, amp, cache=not graph):
             return _first(model(x))
 
-    # capturable: the step counters live on the device, as graph replay needs
+    # capturable: the step counters live on the device, as graph replay needs;
+    # fused on CUDA, as the shipped schedules configure it (a few launches per step,
+    # where the multi-tensor path issues several per group and reads each step
+    # counter back on the host)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05,
-                                  capturable=graph)
+                                  capturable=graph, fused=device.type == 'cuda')
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
