@@ -164,7 +164,13 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     G, N = spec.ngroups, spec.d_state
     sum_heads(dBC, ndir, G, out=dxbc2[..., di:].view(batch, seqlen, ndir, 2, G, N)
               .permute(3, 0, 1, 2, 4, 5))
-    ddt_raw.copy_(ddt.view(batch, seqlen, ndir, -1).sum(2))
+    # dt is shared by the directions: the sum of theirs, computed in float32 and
+    # rounded once into the gradient's dtype (one launch; a sum, then a copy, took two)
+    ddt4 = ddt.view(batch, seqlen, ndir, -1)
+    if ndir == 2:
+        torch.add(ddt4[:, :, 0], ddt4[:, :, 1], out=ddt_raw)
+    else:
+        ddt_raw.copy_(ddt4[:, :, 0])
     dconv_w, dconv_b = conv_backward(xBC, p.conv_w, p.conv_b, dxbc2, dxBC)
     stacked = [dconv_w, dconv_b, dbias, dA_log, dD, dnorm_w]
     return dzxbcdt, dout_w, dout_b, stacked
