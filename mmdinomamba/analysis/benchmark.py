@@ -8,7 +8,7 @@ process, so that ratios compare like with like:
   backward and an AdamW step, fused on CUDA as in the shipped schedules) and peak
   memory, eager and optionally replayed from
   a CUDA graph (no host launch overhead), with the host time to issue one eager
-  step and the kernel launches per step, each figure with its ratio to the
+  step, the kernel launches and the Python calls per step, each figure with its ratio to the
   baseline (ViT-B: mmpretrain's ``VisionTransformer`` when it imports, else
   timm's ``vit_base_patch16_224``);
 * :func:`run_dino_steps`: the paper's DINO training step built from a shipped
@@ -129,6 +129,27 @@ def launches_per_call(fn: Callable[[], object], device: torch.device) -> Optiona
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                and not e.name.startswith(('Memcpy', 'Memset'))]
     return len(kernels)
+
+
+def python_calls_per_call(fn: Callable[[], object]) -> int:
+    """Python function calls (built-ins included) one call of ``fn`` makes, as
+    ``cProfile`` counts them, ``fn`` itself and the profiler's ``disable`` excluded.
+
+    The host's work per step in a unit that does not depend on the machine: the
+    hosts of a shared GPU box vary by 20-40 % in time between processes
+    (docs/benchmark.md), which hides a cut of a tenth in the host's work; the count
+    does not move. It does not see the work inside C++ (the dispatcher, the
+    autograd engine); :func:`launches_per_call` counts the kernels.
+    """
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        fn()
+    finally:
+        prof.disable()
+    return pstats.Stats(prof).total_calls - 2  # fn, and the profiler's disable
 
 
 def _peak_gib(device: torch.device) -> Optional[float]:
@@ -276,6 +297,7 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
         res.update({f'{mode}_ms': statistics.median(t), f'{mode}_ms_all': t,
                     f'{mode}_img_s': batch * 1e3 / statistics.median(t),
                     f'{mode}_peak_gib': _peak_gib(device)})
+        res[f'{mode}_pycalls'] = python_calls_per_call(step)
         if device.type == 'cuda':
             res.update({f'{mode}_host_ms': statistics.median(host_ms(step, device, repeats)),
                         f'{mode}_launches': launches_per_call(step, device)})
@@ -375,7 +397,8 @@ def format_row(r: dict) -> str:
     cells.append(f"{_fmt(r.get('train_peak_gib'), '8.2f')} "
                  f"{_fmt(r.get('infer_peak_gib'), '8.2f')} "
                  f"{_fmt(r.get('train_host_ms'), '9.1f')} "
-                 f"{_fmt(r.get('train_launches'), '8d')}  {r.get('ssd_path', '')}")
+                 f"{_fmt(r.get('train_launches'), '8d')} "
+                 f"{_fmt(r.get('train_pycalls'), '8d')}  {r.get('ssd_path', '')}")
     return ' '.join(cells)
 
 
@@ -384,7 +407,8 @@ def format_table(rows: List[dict], baseline: Optional[str]) -> str:
     head = (f"{'model':<12} {'px':>5} {'batch':>5} "
             + ' '.join(f'{name:>9} {ratio:>5}' for name in
                        ('infer/s', 'train/s', 'gInfer/s', 'gTrain/s'))
-            + f" {'trainGiB':>8} {'inferGiB':>8} {'hostMs':>9} {'launches':>8}  ssd")
+            + f" {'trainGiB':>8} {'inferGiB':>8} {'hostMs':>9} {'launches':>8} "
+            f"{'pyCalls':>8}  ssd")
     return '\n'.join([head, '-' * len(head)] + [format_row(r) for r in rows])
 
 
@@ -510,6 +534,7 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
                       if reserved is not None else None),
         steady_reserved_gib=_peak_reserved_gib(device),
         launches=launches_per_call(step, device),
+        pycalls=python_calls_per_call(step),
         graph_blocks=any(getattr(m, 'uses_cuda_graphs', False)
                          for m in model.modules()))
     del step, model
@@ -565,14 +590,14 @@ def format_dino_row(r: dict) -> str:
     return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
-            f"{_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')} "
+            f"{_fmt(r.get('pycalls'), '8d')} {_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')} "
             f"{_fmt(r.get('steady_reserved_gib'), '7.2f')}  {_dino_path(r)}")
 
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'peakGiB':>7} {'resGiB':>7} {'steady':>7}  "
+            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'peakGiB':>7} {'resGiB':>7} {'steady':>7}  "
             "compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 

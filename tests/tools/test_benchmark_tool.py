@@ -113,6 +113,7 @@ def test_dino_step_runs_the_configs_training_step():
     for r in rows:
         assert 'error' not in r, r
         assert r['s_iter'] > 0 and r['host_ms'] > 0 and r['launches'] is None
+        assert r['pycalls'] > 0
         assert r['img_s'] == pytest.approx(r['batch'] / r['s_iter'])
     assert rows[0]['img_s_vs_baseline'] == 1.0
     assert 'toy' in bench.format_dino_table(rows, 'toy')
@@ -161,3 +162,29 @@ def test_host_ms_times_one_call():
     t = bench.host_ms(lambda: calls.append(1), torch.device('cpu'), repeats=3)
     assert len(t) == 3 and len(calls) == 3 and all(x >= 0 for x in t)
     assert bench.launches_per_call(lambda: None, torch.device('cpu')) is None
+
+
+def _nested(n: int):
+    """Makes exactly n calls: of ``_leaf`` (``range`` is a type; cProfile counts
+    functions and built-in functions)."""
+    for _ in range(n):
+        _leaf()
+
+
+def _leaf():
+    pass
+
+
+def test_python_calls_per_call_counts_every_call():
+    """Against a function whose calls are counted by hand: ``_nested(n)`` calls
+    ``_leaf`` n times, and ``fn`` itself is not counted."""
+    assert bench.python_calls_per_call(lambda: None) == 0
+    for n in (0, 1, 7, 100):
+        # the lambda calls _nested (1), which calls _leaf n times
+        assert bench.python_calls_per_call(lambda: _nested(n)) == n + 1
+    assert bench.python_calls_per_call(lambda: len([])) == 1  # a built-in counts
+    # a step counts the same twice: a figure, not a timing
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    counts = {bench.python_calls_per_call(lambda: model(x)) for _ in range(3)}
+    assert len(counts) == 1 and counts.pop() > 5
