@@ -6,11 +6,11 @@ process, so that ratios compare like with like:
 * :func:`run_models`: for each backbone, input size and batch size, inference
   throughput (``torch.no_grad``, autocast), training-step throughput (forward,
   backward and an AdamW step, fused on CUDA as in the shipped schedules) and peak
-  memory, eager and optionally replayed from
-  a CUDA graph (no host launch overhead), with the host time to issue one eager
-  step, the kernel launches and the Python calls per step, each figure with its ratio to the
-  baseline (ViT-B: mmpretrain's ``VisionTransformer`` when it imports, else
-  timm's ``vit_base_patch16_224``);
+  memory, eager and optionally replayed from a CUDA graph (no host launch
+  overhead), with the host time to issue one eager step, the kernel launches and
+  the Python calls per step, each figure with its ratio to the baseline (ViT-B:
+  mmpretrain's ``VisionTransformer`` when it imports, else timm's
+  ``vit_base_patch16_224``);
 * :func:`run_dino_steps`: the paper's DINO training step built from a shipped
   config through the registry (student on every crop, teacher on the global
   ones, the DINO head and loss, per-parameter clipping, AdamW, the teacher EMA),

@@ -52,7 +52,12 @@ def test_launcher_key_is_finer_than_the_per_argument_definition():
              [t, t[1:], t.double(), True, 48, 2**40, True, 0.5, None, 7, 2**63],
              [t, t[1:], t.double(), 1.0, 48, 2**40, True, 0.5, None, 7, 2**63],
              [t, t[1:], t.double(), 2, 48, 2**40, False, 0.5, None, 7, 2**63],
-             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, 1, 7, 2**63]]
+             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, 1, 7, 2**63],
+             # a float: by type alone (as Triton), so a new value is the same key
+             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.25, None, 7, 2**63],
+             # a constexpr by value, a float one too
+             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, 0.5, 7, 2**63],
+             [t, t[1:], t.double(), 1, 48, 2**40, True, 0.5, 0.25, 7, 2**63]]
     keys = [launcher.key(0, v, dict(num_warps=4)) for v in calls]
     defs = [tuple(_arg_key(x, i in _FakeKernel.constexprs) for i, x in enumerate(v))
             for v in calls]
@@ -64,7 +69,9 @@ def test_launcher_key_is_finer_than_the_per_argument_definition():
                 assert keys[a] != keys[b], (a, b)
     assert keys[0] == keys[1]  # another aligned float32 tensor: the same kernel
     assert keys[0] != keys[3]  # 48 -> 64: the same kernel, a new key (finer)
-    assert len(set(keys)) == len(keys) - 1
+    assert keys[10] == keys[0]  # 0.25 for 0.5 (not a constexpr): one kernel, one key
+    assert keys[11] != keys[12]  # constexprs 0.5 and 0.25: two kernels
+    assert len(set(keys)) == len(keys) - 2
     assert launcher.key(0, calls[0], dict(num_warps=8)) != keys[0]
     assert launcher.key(1, calls[0], dict(num_warps=4)) != keys[0]
 

@@ -6,10 +6,10 @@ depends on: it binds the arguments, specialises each one (dtype, 16-byte alignme
 driver for the device and stream, then launches. A DinoVim training step makes a
 few hundred such launches, and that work is a large part of the host's time per
 step. :class:`Launcher` keeps, per kernel, the compiled kernels by a key computed
-from the same properties of the arguments (so it tells apart exactly the calls that
-Triton would compile differently: the arguments themselves, tensors by dtype and
-alignment) and launches a known one directly; an unknown key goes through Triton's
-own path once, which compiles if needed and launches.
+from the arguments (tensors by dtype and alignment), which tells apart at least the
+calls that Triton would compile differently, and launches a known one directly; an
+unknown key goes through Triton's own path once, which compiles if needed and
+launches.
 
 Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
 Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
@@ -97,16 +97,19 @@ class Launcher:
 
     def key(self, device: int, values: list, kwargs: dict) -> tuple:
         """The compiled kernel's key: the arguments' types, the arguments
-        themselves (tensors by their dtype and 16-byte alignment) and the launch
-        options. Finer than
-        Triton's specialisation (:func:`_arg_key`: integers by ``== 1``,
-        divisibility by 16 and range), so calls with one key compile alike; a new
-        integer (a new shape) costs one trip through Triton's path, which finds
-        the compiled kernel. One comprehension: a function call per argument
-        would cost as much as the launch itself."""
+        themselves (constexprs by value; tensors by their dtype and 16-byte
+        alignment; floats by type alone, as Triton specialises them, so the cache
+        stays bounded) and the
+        launch options. Finer than Triton's specialisation (:func:`_arg_key`:
+        integers by ``== 1``, divisibility by 16 and range), so calls with one key
+        compile alike; a new integer (a new shape) costs one trip through Triton's
+        path, which finds the compiled kernel. One comprehension: a function call
+        per argument would cost as much as the launch itself."""
         return (device, *map(type, values),  # True == 1 == 1.0: the types tell apart
-                *[(v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, Tensor) else v
-                  for v in values],
+                *[v if c else
+                  (v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, Tensor) else
+                  None if type(v) is float else v
+                  for v, c in zip(values, self.constexpr)],
                 *[kwargs.get(o) for o in _LAUNCH_OPTIONS])
 
     def launch(self, grid, args, kwargs):
