@@ -590,15 +590,16 @@ def format_dino_row(r: dict) -> str:
     return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
-            f"{_fmt(r.get('pycalls'), '8d')} {_fmt(r.get('peak_gib'), '7.2f')} {_fmt(r.get('reserved_gib'), '7.2f')} "
+            f"{_fmt(r.get('pycalls'), '8d')} {_fmt(r.get('peak_gib'), '7.2f')} "
+            f"{_fmt(r.get('reserved_gib'), '7.2f')} "
             f"{_fmt(r.get('steady_reserved_gib'), '7.2f')}  {_dino_path(r)}")
 
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'peakGiB':>7} {'resGiB':>7} {'steady':>7}  "
-            "compile")
+            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'peakGiB':>7} {'resGiB':>7} "
+            f"{'steady':>7}  compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 
 

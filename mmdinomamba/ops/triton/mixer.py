@@ -108,11 +108,14 @@ def _conv(xBC: Tensor, p: _Stacked, spec: MixerSpec) -> Tensor:
                         xBC.new_empty(batch, seqlen, spec.ndir, spec.conv_dim))
 
 
-def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stacked,
-                  spec: MixerSpec):
-    """The forward: the result (batch, seqlen, dim) and what the backward reads
-    besides zxbcdt, the scan output y2 and the norm's rstd. ``w_c`` is out_w in the
-    compute dtype (zxbcdt's)."""
+def _core_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
+                  params: List[Tensor], spec: MixerSpec, has_conv_b: bool):
+    """The forward of a contiguous ``zxbcdt``: the result (batch, seqlen, dim), what
+    the backward reads besides zxbcdt (the scan output y2 and the norm's rstd), and
+    what it can reuse (the stacked parameters, and ``w_c``: out_w in the compute
+    dtype, zxbcdt's)."""
+    p = _Stacked(params, spec, has_conv_b)
+    w_c = out_w.to(zxbcdt.dtype)
     batch, seqlen, _ = zxbcdt.shape
     ndir, di = spec.ndir, spec.d_inner
     z, xBC, dt = _views(zxbcdt, spec)
@@ -126,7 +129,7 @@ def _core_forward(zxbcdt: Tensor, w_c: Tensor, out_b: Optional[Tensor], p: _Stac
     # out_proj in the compute dtype, as nn.Linear under autocast
     b_c = out_b.to(zxbcdt.dtype) if out_b is not None else None
     res = torch.nn.functional.linear(out, w_c, b_c)
-    return res, y2, rstd
+    return res, y2, rstd, p, w_c
 
 
 def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
@@ -198,9 +201,8 @@ class _MixerCore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, zxbcdt, out_w, out_b, spec, has_conv_b, *params):
         zxbcdt = zxbcdt.contiguous()
-        p = _Stacked(params, spec, has_conv_b)
-        w_c = out_w.to(zxbcdt.dtype)
-        res, y2, rstd = _core_forward(zxbcdt, w_c, out_b, p, spec)
+        res, y2, rstd, p, w_c = _core_forward(zxbcdt, out_w, out_b, params, spec,
+                                              has_conv_b)
         ctx.save_for_backward(zxbcdt, y2, rstd, w_c, *params)
         ctx.stacked = p
         ctx.spec = spec
@@ -226,8 +228,8 @@ def _op_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
                 headdim: int, ndir: int, eps: float, has_conv_b: bool
                 ) -> Tuple[Tensor, Tensor, Tensor]:
     spec = MixerSpec(d_inner, ngroups, d_state, headdim, ndir, eps)
-    p = _Stacked(params, spec, has_conv_b)
-    return _core_forward(zxbcdt.contiguous(), out_w.to(zxbcdt.dtype), out_b, p, spec)
+    return _core_forward(zxbcdt.contiguous(), out_w, out_b, params, spec,
+                         has_conv_b)[:3]
 
 
 @_op_forward.register_fake
@@ -331,7 +333,6 @@ def mixer_core_triton(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> T
         return mixer_core_op(zxbcdt, params, spec)
     flat, has_conv_b = _flat_params(params), params.conv_b is not None
     if not torch.is_grad_enabled():  # no graph to record: the forward alone
-        p = _Stacked(flat, spec, has_conv_b)
-        return _core_forward(zxbcdt.contiguous(), params.out_w.to(zxbcdt.dtype),
-                             params.out_b, p, spec)[0]
+        return _core_forward(zxbcdt.contiguous(), params.out_w, params.out_b, flat, spec,
+                             has_conv_b)[0]
     return _MixerCore.apply(zxbcdt, params.out_w, params.out_b, spec, has_conv_b, *flat)
