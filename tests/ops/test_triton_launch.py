@@ -78,17 +78,59 @@ def test_launcher_key_is_finer_than_the_per_argument_definition():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_fast_launch_equals_tritons_path(monkeypatch):
-    from mmdinomamba.ops.triton.launch import _LAUNCHERS
+    from mmdinomamba.ops.triton.launch import _LAUNCHERS, reread_environment
     from mmdinomamba.ops.triton.norm import add_rms_norm_triton
     h = torch.randn(4, 50, 96, device='cuda')
     r = torch.randn(4, 50, 96, device='cuda')
     w = torch.randn(96, device='cuda')
     monkeypatch.setenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', '0')
+    reread_environment()
     slow = add_rms_norm_triton(h, r, w, 1e-5, torch.float32)
     monkeypatch.setenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1')
+    reread_environment()
     first = add_rms_norm_triton(h, r, w, 1e-5, torch.float32)  # through Triton, cached
     sizes = {k: len(v.compiled) for k, v in _LAUNCHERS.items()}
     fast = add_rms_norm_triton(h, r, w, 1e-5, torch.float32)  # launched directly
     assert {k: len(v.compiled) for k, v in _LAUNCHERS.items()} == sizes
     for a, b, c in zip(slow, first, fast):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_fast_launch_setting_is_read_at_the_first_launch(monkeypatch):
+    from mmdinomamba.ops.triton import launch as launch_module
+    kernel = _FakeKernel()
+    monkeypatch.setenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', '0')
+    launch_module.reread_environment()
+    try:
+        assert launch_module.launch(kernel) is kernel
+        monkeypatch.setenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1')
+        assert launch_module.launch(kernel) is kernel  # not read again
+        launch_module.reread_environment()
+        fast = launch_module.launch(kernel)
+        if launch_module._INTERPRET:  # the interpreter always takes Triton's path
+            assert fast is kernel
+        else:
+            assert isinstance(fast, Launcher) and fast.kernel is kernel
+            assert launch_module.launch(kernel) is fast  # one launcher per kernel
+    finally:
+        launch_module._LAUNCHERS.pop(id(kernel), None)
+        launch_module.reread_environment()
+
+
+def test_row_align_is_the_largest_power_of_two_dividing_every_stride():
+    from mmdinomamba.ops.triton.conv import row_align
+    for element_size in (1, 2, 4, 8):
+        for strides in [(), (0, ), (768, ), (3, 64), (96, 40, 1032), (24, 8), (6, )]:
+            naive = 16 // element_size
+            while naive > 1 and any(s % naive for s in strides):
+                naive //= 2
+            assert row_align(element_size, *strides) == naive, (element_size, strides)
+
+
+def test_stride_arguments_are_named_by_tensor_and_axis():
+    from mmdinomamba.ops.triton.ssd_common import strides
+    x = torch.zeros(2, 5, 2, 3, 4)[:, :, :, 1:]
+    assert strides('x', x) == dict(s_xb=120, s_xl=24, s_xd=12, s_xh=4)
+    assert strides('B', x, 'g') == dict(s_Bb=120, s_Bl=24, s_Bd=12, s_Bg=4)
+    assert strides('t', torch.zeros(2, 5, 3)) == dict(s_tb=15, s_tl=3, s_th=1)
+    assert strides('x', x) == dict(s_xb=120, s_xl=24, s_xd=12, s_xh=4)  # cached names

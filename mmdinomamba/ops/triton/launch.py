@@ -15,7 +15,9 @@ Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
 Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
 """
 import os
-from typing import Dict, Tuple
+from functools import partial
+from operator import attrgetter, itemgetter
+from typing import Callable, Dict, List, Tuple
 
 import torch
 
@@ -40,10 +42,25 @@ def next_power_of_2(n: int) -> int:
 
 # Triton reads it when a kernel is decorated, so once per process is enough here too
 _INTERPRET = os.environ.get('TRITON_INTERPRET', '0') == '1'
+_FAST_LAUNCH = None  # MMDINOMAMBA_TRITON_FAST_LAUNCH, read on the first launch
 
 
 def fast_launch_enabled() -> bool:
-    return os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1') != '0' and not _INTERPRET
+    """Whether :func:`launch` takes the fast path: ``MMDINOMAMBA_TRITON_FAST_LAUNCH``
+    as it was at the first launch (:func:`reread_environment` reads it again), and
+    never under Triton's interpreter."""
+    global _FAST_LAUNCH
+    if _FAST_LAUNCH is None:
+        _FAST_LAUNCH = (os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1') != '0'
+                        and not _INTERPRET)
+    return _FAST_LAUNCH
+
+
+def reread_environment() -> None:
+    """Read ``MMDINOMAMBA_TRITON_FAST_LAUNCH`` again at the next launch (an
+    environment lookup per launch costs about as much as the key)."""
+    global _FAST_LAUNCH
+    _FAST_LAUNCH = None
 
 
 try:
@@ -79,6 +96,18 @@ def _arg_key(value, constexpr: bool):
     return type(value), value
 
 
+def _picker(indices: List[int]) -> Callable[[list], tuple]:
+    """``values -> tuple(values[i] for i in indices)``, in C where it can be."""
+    if len(indices) == 1:
+        i = indices[0]
+        return lambda values: (values[i], )
+    return itemgetter(*indices) if indices else (lambda values: ())
+
+
+_DTYPE = attrgetter('dtype')
+_DATA_PTR = Tensor.data_ptr
+
+
 class Launcher:
     """``Launcher(kernel)[grid](*args, **kwargs)`` launches like ``kernel[grid]``.
 
@@ -91,35 +120,50 @@ class Launcher:
         self.names = list(kernel.arg_names)
         self.constexpr = [i in set(kernel.constexprs) for i in range(len(self.names))]
         self.compiled: Dict[Tuple, object] = {}
+        # per tuple of argument types: which arguments the key holds as they are
+        # and which are tensors (see :meth:`key`)
+        self._pickers: Dict[Tuple[type, ...], Tuple[Callable, Callable]] = {}
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+        return partial(self.launch, grid)
+
+    def _pick(self, types: Tuple[type, ...]) -> Tuple[Callable, Callable]:
+        """The pickers of the arguments kept by value (constexprs, and the rest but
+        tensors and floats) and of the tensors, for arguments of these types."""
+        kept = [i for i, (t, c) in enumerate(zip(types, self.constexpr))
+                if c or (t is not float and not issubclass(t, Tensor))]
+        tensors = [i for i, (t, c) in enumerate(zip(types, self.constexpr))
+                   if not c and issubclass(t, Tensor)]
+        pickers = self._pickers[types] = (_picker(kept), _picker(tensors))
+        return pickers
 
     def key(self, device: int, values: list, kwargs: dict) -> tuple:
         """The compiled kernel's key: the arguments' types, the arguments
         themselves (constexprs by value; tensors by their dtype and 16-byte
         alignment; floats by type alone, as Triton specialises them, so the cache
-        stays bounded) and the
-        launch options. Finer than Triton's specialisation (:func:`_arg_key`:
-        integers by ``== 1``, divisibility by 16 and range), so calls with one key
-        compile alike; a new integer (a new shape) costs one trip through Triton's
-        path, which finds the compiled kernel. One comprehension: a function call
-        per argument would cost as much as the launch itself."""
-        return (device, *map(type, values),  # True == 1 == 1.0: the types tell apart
-                *[v if c else
-                  (v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, Tensor) else
-                  None if type(v) is float else v
-                  for v, c in zip(values, self.constexpr)],
-                *[kwargs.get(o) for o in _LAUNCH_OPTIONS])
+        stays bounded) and the launch options. Finer than Triton's specialisation
+        (:func:`_arg_key`: integers by ``== 1``, divisibility by 16 and range), so
+        calls with one key compile alike; a new integer (a new shape) costs one trip
+        through Triton's path, which finds the compiled kernel.
 
-    def launch(self, grid, args, kwargs):
+        Which argument is read how depends on the types alone, so that is worked
+        out once per tuple of types; a call then picks and maps in C (a Python
+        call per argument would cost as much as the launch itself)."""
+        types = tuple(map(type, values))  # True == 1 == 1.0: the types tell apart
+        pickers = self._pickers.get(types) or self._pick(types)
+        tensors = pickers[1](values)
+        return (device, types, *pickers[0](values), *map(_DTYPE, tensors),
+                *[p % 16 == 0 for p in map(_DATA_PTR, tensors)],
+                *map(kwargs.get, _LAUNCH_OPTIONS))
+
+    def launch(self, grid, *args, **kwargs):
         if _launch_hooks_set():
             return self.kernel[grid](*args, **kwargs)  # a profiler's hooks see every launch
         try:
-            values = list(args) + [kwargs[n] for n in self.names[len(args):]]
+            values = [*args, *map(kwargs.__getitem__, self.names[len(args):])]
         except KeyError:  # an argument left to its default: Triton binds it
             return self.kernel[grid](*args, **kwargs)
-        device = torch.cuda.current_device()
+        device = torch._C._cuda_getDevice()
         key = self.key(device, values, kwargs)
         kernel = self.compiled.get(key)
         if kernel is None:  # Triton's own path: compiles when needed, launches
@@ -131,15 +175,16 @@ class Launcher:
         return kernel
 
 
-_LAUNCHERS: Dict[object, Launcher] = {}
+# by the kernel's id: a JITFunction hashes by its source's cache key, through a lock
+_LAUNCHERS: Dict[int, Launcher] = {}
 
 
 def launch(kernel):
     """The :class:`Launcher` of ``kernel`` (one per kernel), or the kernel itself when
     the fast path is off: ``launch(k)[grid](...)`` either way."""
-    if not fast_launch_enabled():
+    if not (_FAST_LAUNCH if _FAST_LAUNCH is not None else fast_launch_enabled()):
         return kernel
-    launcher = _LAUNCHERS.get(kernel)
-    if launcher is None:
-        launcher = _LAUNCHERS[kernel] = Launcher(kernel)
+    launcher = _LAUNCHERS.get(id(kernel))
+    if launcher is None or launcher.kernel is not kernel:  # new, or an id reused
+        launcher = _LAUNCHERS[id(kernel)] = Launcher(kernel)
     return launcher
