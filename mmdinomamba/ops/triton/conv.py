@@ -241,10 +241,10 @@ def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, seqlen, di
 
 def row_align(element_size: int, *strides: int) -> int:
     """Largest power of two (at most 16 bytes of elements) dividing every stride."""
-    align = 16 // element_size
-    while align > 1 and any(s % align for s in strides):
-        align //= 2
-    return align
+    common = 16 // element_size
+    for s in strides:  # the largest power of two dividing all: of their gcd too
+        common = math.gcd(common, s)
+    return common
 
 
 def _grid(batch, seqlen, dim, block_t):

@@ -222,8 +222,14 @@ def strides(name: str, t: Tensor, last: str = 'h') -> Dict[str, int]:
     last axis is dense (not passed): ``s_<name>b, s_<name>l, s_<name>d,
     s_<name><last>`` (image, token, direction, head; ``last='g'`` for a group), or
     ``s_<name>b, s_<name>l, s_<name>h`` for a 3-d ``t`` (dt)."""
-    axes = ('b', 'l', 'h') if t.dim() == 3 else ('b', 'l', 'd', last)
-    return {f's_{name}{a}': s for a, s in zip(axes, t.stride())}
+    names = _STRIDE_NAMES.get((name, last, t.dim()))
+    if names is None:
+        axes = ('b', 'l', 'h') if t.dim() == 3 else ('b', 'l', 'd', last)
+        names = _STRIDE_NAMES[name, last, t.dim()] = tuple(f's_{name}{a}' for a in axes)
+    return dict(zip(names, t.stride()))
+
+
+_STRIDE_NAMES: Dict[tuple, tuple] = {}  # the argument names of strides(), made once
 
 
 class ScanArgs:
