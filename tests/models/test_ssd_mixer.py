@@ -92,6 +92,28 @@ def test_parameter_names_follow_official_layout():
     assert not any(n.endswith('_b') or '_b.' in n or 'dt_b_' in n for n in causal)
 
 
+@pytest.mark.parametrize('bidirectional,conv_bias,bias', [(True, True, False),
+                                                            (False, False, True)])
+def test_core_params_are_the_named_parameters(bidirectional, conv_bias, bias):
+    mixer = SSDMixer(32, d_state=8, headdim=8, bidirectional=bidirectional,
+                     conv_bias=conv_bias, bias=bias)
+    p = mixer.core_params()
+    suffixes = ['', '_b'] if bidirectional else ['']
+    assert p.conv_w == tuple(getattr(mixer, 'conv1d' + s).weight for s in suffixes)
+    assert p.conv_b == (tuple(getattr(mixer, 'conv1d' + s).bias for s in suffixes)
+                        if conv_bias else None)
+    assert p.dt_bias == tuple(getattr(mixer, n) for n in ['dt_bias', 'dt_b_bias'][
+        :len(suffixes)])
+    assert p.A_log == tuple(getattr(mixer, 'A_log' + s) for s in suffixes)
+    assert p.D == tuple(getattr(mixer, 'D' + s) for s in suffixes)
+    assert p.norm_w == tuple(getattr(mixer, 'norm' + s).weight for s in suffixes)
+    assert p.out_w is mixer.out_proj.weight and p.out_b is mixer.out_proj.bias
+    assert (p.out_b is None) != bias
+    # a parameter registered anew is the one read (nothing is cached)
+    mixer.A_log = torch.nn.Parameter(torch.zeros_like(mixer.A_log))
+    assert mixer.core_params().A_log[0] is mixer.A_log
+
+
 def test_initialisation_ranges():
     torch.manual_seed(0)
     m = SSDMixer(256)

@@ -142,17 +142,24 @@ class SSDMixer(nn.Module):
                          self.chunk_size, self.ssd_backend)
 
     def core_params(self) -> MixerParams:
-        """The parameters after ``in_proj``, per direction (forward first), as held."""
+        """The parameters after ``in_proj``, per direction (forward first), as held.
+
+        Read from the modules' ``_parameters`` and ``_modules`` dicts, where
+        ``nn.Module.__getattr__`` looks them up (once per forward: 22 Python calls
+        of it per layer otherwise)."""
+        own, mods = self._parameters, self._modules
         names = [_DIRECTION_NAMES[d] for d in self.directions]
-        convs = [getattr(self, n['conv1d']) for n in names]
+        convs = [mods[n['conv1d']]._parameters for n in names]
+        out = mods['out_proj']._parameters
         return MixerParams(
-            conv_w=tuple(c.weight for c in convs),
-            conv_b=tuple(c.bias for c in convs) if convs[0].bias is not None else None,
-            dt_bias=tuple(getattr(self, n['dt_bias']) for n in names),
-            A_log=tuple(getattr(self, n['A_log']) for n in names),
-            D=tuple(getattr(self, n['D']) for n in names),
-            norm_w=tuple(getattr(self, n['norm']).weight for n in names),
-            out_w=self.out_proj.weight, out_b=self.out_proj.bias)
+            conv_w=tuple(c['weight'] for c in convs),
+            conv_b=tuple(c['bias'] for c in convs) if convs[0]['bias'] is not None
+            else None,
+            dt_bias=tuple(own[n['dt_bias']] for n in names),
+            A_log=tuple(own[n['A_log']] for n in names),
+            D=tuple(own[n['D']] for n in names),
+            norm_w=tuple(mods[n['norm']]._parameters['weight'] for n in names),
+            out_w=out['weight'], out_b=out['bias'])
 
     def ssd_inputs(self, zxbcdt: Tensor, direction: str) -> Dict[str, Tensor]:
         """The SSD arguments of one direction, from the (already flipped) projection
