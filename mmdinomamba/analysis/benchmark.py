@@ -7,8 +7,8 @@ process, so that ratios compare like with like:
   throughput (``torch.no_grad``, autocast), training-step throughput (forward,
   backward and an AdamW step, fused on CUDA as in the shipped schedules) and peak
   memory, eager and optionally replayed from a CUDA graph (no host launch
-  overhead), with the host time to issue one eager step, the kernel launches and
-  the Python calls per step, each figure with its ratio to the baseline (ViT-B:
+  overhead), with the host time to issue one eager step, the kernel launches,
+  the Python calls and the torch operators per step, each figure with its ratio to the baseline (ViT-B:
   mmpretrain's ``VisionTransformer`` when it imports, else timm's
   ``vit_base_patch16_224``);
 * :func:`run_dino_steps`: the paper's DINO training step built from a shipped
@@ -150,6 +150,34 @@ def python_calls_per_call(fn: Callable[[], object]) -> int:
     finally:
         prof.disable()
     return pstats.Stats(prof).total_calls - 2  # fn, and the profiler's disable
+
+
+def operators_per_call(fn: Callable[[], object]) -> int:
+    """Torch operators one call of ``fn`` issues from Python or the autograd
+    engine: the ``aten::`` events of ``torch.profiler`` (CPU activity) that no other
+    ``aten::`` event encloses (``F.linear`` is one operator, not its ``t`` and
+    ``mm`` inside).
+
+    Each such operator goes through the dispatcher and costs the host
+    microseconds, and an eager step's host time follows their number (with the
+    kernel launches) more than the number of Python calls (docs/benchmark.md,
+    2026-12-04). Like :func:`python_calls_per_call` it does not depend on the
+    machine's speed; Triton launches are not operators (:func:`launches_per_call`
+    counts them).
+    """
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+
+    def top_level(event) -> bool:
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith('aten::'):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    return sum(1 for e in prof.events() if e.name.startswith('aten::') and top_level(e))
 
 
 def _peak_gib(device: torch.device) -> Optional[float]:
@@ -298,6 +326,7 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
                     f'{mode}_img_s': batch * 1e3 / statistics.median(t),
                     f'{mode}_peak_gib': _peak_gib(device)})
         res[f'{mode}_pycalls'] = python_calls_per_call(step)
+        res[f'{mode}_ops'] = operators_per_call(step)
         if device.type == 'cuda':
             res.update({f'{mode}_host_ms': statistics.median(host_ms(step, device, repeats)),
                         f'{mode}_launches': launches_per_call(step, device)})
@@ -398,7 +427,8 @@ def format_row(r: dict) -> str:
                  f"{_fmt(r.get('infer_peak_gib'), '8.2f')} "
                  f"{_fmt(r.get('train_host_ms'), '9.1f')} "
                  f"{_fmt(r.get('train_launches'), '8d')} "
-                 f"{_fmt(r.get('train_pycalls'), '8d')}  {r.get('ssd_path', '')}")
+                 f"{_fmt(r.get('train_pycalls'), '8d')} "
+                 f"{_fmt(r.get('train_ops'), '8d')}  {r.get('ssd_path', '')}")
     return ' '.join(cells)
 
 
@@ -408,7 +438,7 @@ def format_table(rows: List[dict], baseline: Optional[str]) -> str:
             + ' '.join(f'{name:>9} {ratio:>5}' for name in
                        ('infer/s', 'train/s', 'gInfer/s', 'gTrain/s'))
             + f" {'trainGiB':>8} {'inferGiB':>8} {'hostMs':>9} {'launches':>8} "
-            f"{'pyCalls':>8}  ssd")
+            f"{'pyCalls':>8} {'torchOps':>8}  ssd")
     return '\n'.join([head, '-' * len(head)] + [format_row(r) for r in rows])
 
 
@@ -535,6 +565,7 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
         steady_reserved_gib=_peak_reserved_gib(device),
         launches=launches_per_call(step, device),
         pycalls=python_calls_per_call(step),
+        ops=operators_per_call(step),
         graph_blocks=any(getattr(m, 'uses_cuda_graphs', False)
                          for m in model.modules()))
     del step, model
@@ -590,7 +621,8 @@ def format_dino_row(r: dict) -> str:
     return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
-            f"{_fmt(r.get('pycalls'), '8d')} {_fmt(r.get('peak_gib'), '7.2f')} "
+            f"{_fmt(r.get('pycalls'), '8d')} {_fmt(r.get('ops'), '8d')} "
+            f"{_fmt(r.get('peak_gib'), '7.2f')} "
             f"{_fmt(r.get('reserved_gib'), '7.2f')} "
             f"{_fmt(r.get('steady_reserved_gib'), '7.2f')}  {_dino_path(r)}")
 
@@ -598,7 +630,8 @@ def format_dino_row(r: dict) -> str:
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'peakGiB':>7} {'resGiB':>7} "
+            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'torchOps':>8} {'peakGiB':>7} "
+            f"{'resGiB':>7} "
             f"{'steady':>7}  compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 

@@ -34,6 +34,10 @@ def test_models_mode_measures_and_ratios():
         assert r['infer_img_s'] > 0 and r['train_img_s'] > 0
         assert len(r['train_ms_all']) == 2
         assert r['train_img_s'] == pytest.approx(2e3 / r['train_ms'])
+        # the host's work, counted: a training step issues more than a forward
+        assert 0 < r['infer_ops'] < r['train_ops']
+        assert 0 < r['infer_pycalls'] < r['train_pycalls']
+    assert 'torchOps' in bench.format_table(rows, 'base')
     assert tiny['ssd_path'] == 'chunked'
     assert tiny['infer_vs_baseline'] == pytest.approx(
         tiny['infer_img_s'] / base['infer_img_s'])
@@ -113,7 +117,7 @@ def test_dino_step_runs_the_configs_training_step():
     for r in rows:
         assert 'error' not in r, r
         assert r['s_iter'] > 0 and r['host_ms'] > 0 and r['launches'] is None
-        assert r['pycalls'] > 0
+        assert r['pycalls'] > 0 and r['ops'] > 0
         assert r['img_s'] == pytest.approx(r['batch'] / r['s_iter'])
     assert rows[0]['img_s_vs_baseline'] == 1.0
     assert 'toy' in bench.format_dino_table(rows, 'toy')
@@ -188,3 +192,23 @@ def test_python_calls_per_call_counts_every_call():
     x = torch.randn(2, 4)
     counts = {bench.python_calls_per_call(lambda: model(x)) for _ in range(3)}
     assert len(counts) == 1 and counts.pop() > 5
+
+
+def test_operators_per_call_counts_the_operators_python_issues():
+    """Against operators counted by hand: an operator that calls others inside
+    (``F.linear``: ``t`` and ``mm``) is one; the autograd engine's count too."""
+    x, w = torch.randn(4, 4), torch.randn(3, 4)
+    assert bench.operators_per_call(lambda: None) == 0
+    assert bench.operators_per_call(lambda: x + 1) == 1
+    assert bench.operators_per_call(lambda: torch.nn.functional.linear(x, w)) == 1
+    assert bench.operators_per_call(lambda: (x.view(16), x.t(), x.sum())) == 3
+    # the same in a loop: n operators
+    for n in (2, 5):
+        assert bench.operators_per_call(lambda: [x.mul(2) for _ in range(n)]) == n
+    # a backward: the engine issues operators too, and more for a longer graph
+    a = torch.randn(4, requires_grad=True)
+    short = (a * 2).sum()
+    long = (a * 2).exp().sin().sum()
+    n_short = bench.operators_per_call(lambda: short.backward(retain_graph=True))
+    n_long = bench.operators_per_call(lambda: long.backward(retain_graph=True))
+    assert 0 < n_short < n_long
