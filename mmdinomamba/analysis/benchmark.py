@@ -35,7 +35,7 @@ import torch
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.models.graphed_blocks import use_cuda_graphs
-from mmdinomamba.ops import BACKENDS, resolve_backend, ssd, triton_available
+from mmdinomamba.ops import resolve_backend, ssd, triton_available
 
 # Backbones by name; 'vit-b' is the baseline every ratio refers to.
 MODELS = {
