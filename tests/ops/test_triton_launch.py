@@ -134,3 +134,11 @@ def test_stride_arguments_are_named_by_tensor_and_axis():
     assert strides('B', x, 'g') == dict(s_Bb=120, s_Bl=24, s_Bd=12, s_Bg=4)
     assert strides('t', torch.zeros(2, 5, 3)) == dict(s_tb=15, s_tl=3, s_th=1)
     assert strides('x', x) == dict(s_xb=120, s_xl=24, s_xd=12, s_xh=4)  # cached names
+
+
+def test_cast_skips_the_operator_when_the_dtype_is_already_right():
+    from mmdinomamba.ops.triton.launch import cast
+    t = torch.randn(3)
+    assert cast(t, torch.float32) is t
+    half = cast(t, torch.float16)
+    assert half.dtype == torch.float16 and torch.equal(half, t.to(torch.float16))

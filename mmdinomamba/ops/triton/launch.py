@@ -40,6 +40,14 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+def cast(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t.to(dtype)``, without an operator call when ``t`` already has ``dtype``: a
+    no-op ``to`` still goes through the dispatcher, and an eager step's host time
+    follows the operators it issues (docs/benchmark.md, 2026-12-04). (A no-op
+    ``contiguous`` returns before the dispatcher.)"""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 # Triton reads it when a kernel is decorated, so once per process is enough here too
 _INTERPRET = os.environ.get('TRITON_INTERPRET', '0') == '1'
 _FAST_LAUNCH = None  # MMDINOMAMBA_TRITON_FAST_LAUNCH, read on the first launch

@@ -34,6 +34,7 @@ import torch
 
 from ..mixer import MixerParams, MixerSpec
 from .conv import conv_backward, conv_forward
+from .launch import cast
 from .norm import gated_norm_backward, gated_norm_forward
 from .ssd_bwd import scan_backward, sum_heads
 from .ssd_common import ScanArgs, default_backward_chunk, default_chunk
@@ -115,7 +116,7 @@ def _core_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
     what it can reuse (the stacked parameters, and ``w_c``: out_w in the compute
     dtype, zxbcdt's)."""
     p = _Stacked(params, spec, has_conv_b)
-    w_c = out_w.to(zxbcdt.dtype)
+    w_c = cast(out_w, zxbcdt.dtype)
     batch, seqlen, _ = zxbcdt.shape
     ndir, di = spec.ndir, spec.d_inner
     z, xBC, dt = _views(zxbcdt, spec)
@@ -145,7 +146,7 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
 
     # out_proj: the input gradient, then the norm's output again for the weights
-    dres2 = dres.reshape(-1, dres.shape[-1]).to(w_c.dtype)
+    dres2 = cast(dres.reshape(-1, dres.shape[-1]), w_c.dtype)
     dout = dres2 @ w_c
     out = torch.empty_like(dout)
     dzxbcdt = torch.empty_like(zxbcdt)
@@ -158,7 +159,7 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     dout_b = dres2.sum(0, dtype=torch.float32).to(out_w_dtype) if has_out_b else None
 
     dxbc2 = torch.empty_like(xbc2)
-    dx_out = _split_xbc(dxbc2, spec)[0]
+    dx_out = dxbc2[..., :di].view(args.x.shape)  # x's gradient (B's and C's below)
     dBC = xbc2.new_empty(2, batch, seqlen, args.nslots, spec.d_state)
     _, _, ddt, dA_log, dbias, dD = scan_backward(  # the kernels read A_log: its dA
         args, dy2.view(args.x.shape), dx_out, dD_per_slot=True, dBC=dBC)
@@ -187,11 +188,10 @@ def _unstack(stacked: List[Optional[Tensor]], params: List[Tensor]) -> List[Tens
     grads = [*dconv_w.view(ndir, *params[0].shape).unbind(0)]
     if dconv_b is not None:
         grads += dconv_b.unbind(0)
-    for g in per_head:
-        grads += g.view(ndir, -1).unbind(0)
+    for g in per_head:  # (ndir * nheads,): one split, no view
+        grads += g.split(g.shape[0] // ndir)
     grads += dnorm_w.unbind(0)
-    # a cast only where one is needed (a no-op ``to`` still costs a dispatch)
-    return [g if g.dtype == q.dtype else g.to(q.dtype) for g, q in zip(grads, params)]
+    return [cast(g, q.dtype) for g, q in zip(grads, params)]
 
 
 class _MixerCore(torch.autograd.Function):

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import cdiv, next_power_of_2, launch
+from .launch import cast, cdiv, launch, next_power_of_2
 
 from .conv import row_align
 
@@ -318,7 +318,7 @@ class _AddRMSNorm(torch.autograd.Function):
             HAS_SCALE=scale is not None, SAVED_NORMED=saved_normed, ROWS=ADD_NORM_ROWS,
             num_warps=max(1, min(8, block // 256)))
         return (dh.view(shape), dx.view(shape) if has_residual else None,
-                dw.sum(0).to(w_dtype), None, None, None)
+                cast(dw.sum(0), w_dtype), None, None, None)
 
 
 def add_rms_norm_triton(h: Tensor, residual, weight: Tensor, eps: float,
