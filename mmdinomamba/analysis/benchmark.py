@@ -8,9 +8,9 @@ process, so that ratios compare like with like:
   backward and an AdamW step, fused on CUDA as in the shipped schedules) and peak
   memory, eager and optionally replayed from a CUDA graph (no host launch
   overhead), with the host time to issue one eager step, the kernel launches,
-  the Python calls and the torch operators per step, each figure with its ratio to the baseline (ViT-B:
-  mmpretrain's ``VisionTransformer`` when it imports, else timm's
-  ``vit_base_patch16_224``);
+  the Python calls and the torch operators per step, each figure with its ratio
+  to the baseline (ViT-B: mmpretrain's ``VisionTransformer`` when it imports,
+  else timm's ``vit_base_patch16_224``);
 * :func:`run_dino_steps`: the paper's DINO training step built from a shipped
   config through the registry (student on every crop, teacher on the global
   ones, the DINO head and loss, per-parameter clipping, AdamW, the teacher EMA),
@@ -630,8 +630,8 @@ def format_dino_row(r: dict) -> str:
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
     head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
-            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'torchOps':>8} {'peakGiB':>7} "
-            f"{'resGiB':>7} "
+            f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'torchOps':>8} "
+            f"{'peakGiB':>7} {'resGiB':>7} "
             f"{'steady':>7}  compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
 

@@ -43,8 +43,7 @@ def next_power_of_2(n: int) -> int:
 def cast(t: Tensor, dtype: torch.dtype) -> Tensor:
     """``t.to(dtype)``, without an operator call when ``t`` already has ``dtype``: a
     no-op ``to`` still goes through the dispatcher, and an eager step's host time
-    follows the operators it issues (docs/benchmark.md, 2026-12-04). (A no-op
-    ``contiguous`` returns before the dispatcher.)"""
+    follows the operators it issues (docs/benchmark.md, 2026-12-04)."""
     return t if t.dtype == dtype else t.to(dtype)
 
 
@@ -190,7 +189,7 @@ _LAUNCHERS: Dict[int, Launcher] = {}
 def launch(kernel):
     """The :class:`Launcher` of ``kernel`` (one per kernel), or the kernel itself when
     the fast path is off: ``launch(k)[grid](...)`` either way."""
-    if not (_FAST_LAUNCH if _FAST_LAUNCH is not None else fast_launch_enabled()):
+    if not fast_launch_enabled():
         return kernel
     launcher = _LAUNCHERS.get(id(kernel))
     if launcher is None or launcher.kernel is not kernel:  # new, or an id reused
