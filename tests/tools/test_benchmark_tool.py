@@ -37,7 +37,8 @@ def test_models_mode_measures_and_ratios():
         # the host's work, counted: a training step issues more than a forward
         assert 0 < r['infer_ops'] < r['train_ops']
         assert 0 < r['infer_pycalls'] < r['train_pycalls']
-    assert 'torchOps' in bench.format_table(rows, 'base')
+    head = bench.format_table(rows, 'base').splitlines()[0].split()
+    assert {'iHostMs', 'hostMs', 'torchOps'} <= set(head)
     assert tiny['ssd_path'] == 'chunked'
     assert tiny['infer_vs_baseline'] == pytest.approx(
         tiny['infer_img_s'] / base['infer_img_s'])
@@ -212,3 +213,13 @@ def test_operators_per_call_counts_the_operators_python_issues():
     n_short = bench.operators_per_call(lambda: short.backward(retain_graph=True))
     n_long = bench.operators_per_call(lambda: long.backward(retain_graph=True))
     assert 0 < n_short < n_long
+
+
+def test_models_table_puts_each_host_time_under_its_column():
+    row = dict(model='m', img_size=32, batch=2, infer_img_s=10.0, infer_host_ms=12.34,
+               train_host_ms=56.78, train_launches=9, train_pycalls=8, train_ops=7)
+    head, _, line = bench.format_table([row], None).splitlines()
+    # the seven columns before 'ssd' (empty here), read from the right
+    cells = dict(zip(head.split()[-8:-1], line.split()[-7:]))
+    assert (cells['iHostMs'], cells['hostMs']) == ('12.3', '56.8')
+    assert (cells['launches'], cells['pyCalls'], cells['torchOps']) == ('9', '8', '7')
