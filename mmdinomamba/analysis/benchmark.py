@@ -367,19 +367,39 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                warmup: int, repeats: int, iters: int,
                baseline: Optional[str] = BASELINE, graph: bool = False,
                compile_mode: Optional[str] = None,
-               graph_blocks: bool = False) -> List[dict]:
+               graph_blocks: bool = False, rounds: int = 1) -> List[dict]:
     """Measure every (model, size) pair; add ratios to ``baseline`` (a key of specs).
+
+    With ``rounds`` > 1 every pair is measured that many times, the models taking
+    turns (baseline, A, B, baseline, A, B, ...), and each row keeps its best round
+    (:func:`best_of_rounds`): a shared machine's host slows down by up to 2-3x for
+    tens of seconds at a time (docs/benchmark.md, 2026-12-04, later), which one
+    round per model turns into a ratio of two unlike machines.
 
     Returns:
         list[dict]: one row per (model, size) with the figures of
         :func:`measure_model`, ``error`` when it failed, and ``*_vs_baseline``.
     """
+    if rounds < 1:
+        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
     if graph and compile_mode:
         raise ValueError('benchmark: --cuda-graph captures eager steps; measure '
                          '--compile in a separate run')
     if len(sizes) != len(batches):
         raise ValueError(f'benchmark: give one batch size per input size, got sizes '
                          f'{list(sizes)} and batch sizes {list(batches)}')
+    per_round = [_measure_all(specs, sizes, batches, device, amp, modes, warmup, repeats,
+                              iters, graph, compile_mode, graph_blocks)
+                 for _ in range(rounds)]
+    rows = [best_of_rounds(list(same)) for same in zip(*per_round)]
+    add_ratios(rows, baseline)
+    return rows
+
+
+def _measure_all(specs, sizes, batches, device, amp, modes, warmup, repeats, iters,
+                 graph, compile_mode, graph_blocks) -> List[dict]:
+    """One round of :func:`run_models`: a row per (size, model), printed as it
+    comes."""
     rows = []
     for size, batch in zip(sizes, batches):
         for name, spec in specs.items():
@@ -399,8 +419,44 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                 _reset_peak(device)
             rows.append(row)
             print(format_row(row), flush=True)
-    add_ratios(rows, baseline)
     return rows
+
+
+# measured in ms: each round's own figure, the best the lowest
+_BEST_LOWEST = ('infer_host_ms', 'train_host_ms')
+
+
+def best_of_rounds(rows: List[dict]) -> dict:
+    """One row from the rows of one (model, size, batch) in several rounds.
+
+    Per step kind (``infer``, ``train``, ``infer_graph``, ``train_graph``) the
+    figures of the round with the fastest step (``<kind>_ms``, img/s from it; the
+    peak memory of that round too), and the lowest host time of any round: slow
+    phases of a shared host only ever add time, so the best round is the
+    measurement of the step itself. ``<kind>_ms_rounds`` and
+    ``<host figure>_rounds`` keep every round's figure; counts (launches, Python
+    calls, operators) do not depend on the round and come from the first. A
+    pair that failed in any round keeps that round's ``error``.
+    """
+    failed = [r for r in rows if 'error' in r]
+    if failed or len(rows) == 1:
+        return dict(failed[0] if failed else rows[0])
+    best = dict(rows[0])
+    for kind in ('infer', 'train', 'infer_graph', 'train_graph'):
+        timed = [r for r in rows if f'{kind}_ms' in r]
+        if not timed:
+            continue
+        fastest = min(timed, key=lambda r: r[f'{kind}_ms'])
+        for key in (f'{kind}_ms', f'{kind}_ms_all', f'{kind}_img_s', f'{kind}_peak_gib'):
+            if key in fastest:
+                best[key] = fastest[key]
+        best[f'{kind}_ms_rounds'] = [r[f'{kind}_ms'] for r in timed]
+    for key in _BEST_LOWEST:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            best[key], best[f'{key}_rounds'] = min(values), values
+    best['rounds'] = len(rows)
+    return best
 
 
 def add_ratios(rows: List[dict], baseline: Optional[str]):

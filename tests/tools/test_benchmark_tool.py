@@ -223,3 +223,51 @@ def test_models_table_puts_each_host_time_under_its_column():
     cells = dict(zip(head.split()[-8:-1], line.split()[-7:]))
     assert (cells['iHostMs'], cells['hostMs']) == ('12.3', '56.8')
     assert (cells['launches'], cells['pyCalls'], cells['torchOps']) == ('9', '8', '7')
+
+
+def test_best_of_rounds_keeps_the_fastest_round_and_the_lowest_host_time():
+    rounds = [dict(model='m', train_ms=20.0, train_img_s=100.0, train_ms_all=[20.0],
+                   train_peak_gib=1.0, train_host_ms=9.0, train_ops=7, infer_ms=4.0,
+                   infer_img_s=500.0, infer_host_ms=3.0),
+              dict(model='m', train_ms=10.0, train_img_s=200.0, train_ms_all=[10.0],
+                   train_peak_gib=1.5, train_host_ms=12.0, train_ops=7, infer_ms=5.0,
+                   infer_img_s=400.0, infer_host_ms=2.0)]
+    best = bench.best_of_rounds(rounds)
+    assert (best['train_ms'], best['train_img_s'], best['train_peak_gib']) == (10.0, 200.0, 1.5)
+    assert (best['infer_ms'], best['infer_img_s']) == (4.0, 500.0)  # another round
+    assert best['train_host_ms'] == 9.0 and best['infer_host_ms'] == 2.0
+    assert best['train_ms_rounds'] == [20.0, 10.0]
+    assert best['train_host_ms_rounds'] == [9.0, 12.0]
+    assert best['train_ops'] == 7 and best['rounds'] == 2
+    assert rounds[0]['train_ms'] == 20.0  # the inputs are left as they were
+    failed = bench.best_of_rounds([rounds[0], dict(model='m', error='OOM')])
+    assert failed['error'] == 'OOM'
+
+
+def test_rounds_take_turns_between_models(monkeypatch):
+    order = []
+
+    def fake_measure(model, size, batch, *args):
+        order.append(model.name)
+        return dict(infer_ms=float(len(order)), infer_img_s=batch * 1e3 / len(order))
+
+    def fake_build(spec, size):
+        model = torch.nn.Linear(1, 1)
+        model.name = spec['name']
+        return model
+
+    monkeypatch.setattr(bench, 'measure_model', fake_measure)
+    monkeypatch.setattr(bench, 'build_model', fake_build)
+    specs = {'base': dict(name='base', type='X'), 'a': dict(name='a', type='X')}
+    rows = bench.run_models(specs, sizes=[32], batches=[2], device=torch.device('cpu'),
+                            amp=None, modes=['infer'], warmup=0, repeats=1, iters=1,
+                            baseline='base', rounds=3)
+    assert order == ['base', 'a'] * 3
+    by_name = {r['model']: r for r in rows}
+    assert by_name['base']['infer_ms_rounds'] == [1.0, 3.0, 5.0]
+    assert by_name['a']['infer_ms'] == 2.0  # its best round, the first
+    assert by_name['a']['infer_vs_baseline'] == pytest.approx(1.0 / 2.0)
+    with pytest.raises(ValueError, match='rounds must be >= 1'):
+        bench.run_models(specs, sizes=[32], batches=[2], device=torch.device('cpu'),
+                         amp=None, modes=['infer'], warmup=0, repeats=1, iters=1,
+                         rounds=0)

@@ -53,6 +53,9 @@ def parse_args(argv=None):
                    help="DinoVim mixers' ssd_backend ('auto': fused Triton on CUDA)")
     m.add_argument('--no-baseline', action='store_true',
                    help=f'skip the {BASELINE} baseline (no ratios)')
+    m.add_argument('--rounds', type=int, default=1,
+                   help='measure every model this many times, taking turns, and keep '
+                   "each one's best round (a shared host's speed drifts)")
     m.add_argument('--cuda-graph', action='store_true',
                    help='also time each step replayed from a CUDA graph (gInfer, gTrain)')
     m.add_argument('--compile', choices=COMPILE_MODES,
@@ -115,13 +118,15 @@ def main(argv=None) -> dict:
         result['settings'].update(sizes=args.sizes, batch_sizes=args.batch_sizes,
                                   modes=args.modes, ssd_backend=args.ssd_backend,
                                   cuda_graph=args.cuda_graph, compile=args.compile,
-                                  graph_blocks=args.graph_blocks)
+                                  graph_blocks=args.graph_blocks, rounds=args.rounds)
         if args.cuda_graph and device.type != 'cuda':
             raise ValueError('benchmark: --cuda-graph needs a CUDA device')
         rows = run_models(specs, args.sizes, args.batch_sizes, device, amp, args.modes,
                           args.warmup, args.repeats, args.iters, baseline,
-                          args.cuda_graph, args.compile, args.graph_blocks)
+                          args.cuda_graph, args.compile, args.graph_blocks, args.rounds)
         result['rows'] = rows
+        if args.rounds > 1:
+            print(f'best of {args.rounds} rounds per model:')
         print(format_table(rows, baseline))
     elif args.mode == 'dino-step':
         baseline = None if args.no_baseline else DINO_BASELINE
