@@ -422,36 +422,40 @@ def _measure_all(specs, sizes, batches, device, amp, modes, warmup, repeats, ite
     return rows
 
 
-# measured in ms: each round's own figure, the best the lowest
-_BEST_LOWEST = ('infer_host_ms', 'train_host_ms')
+# per step kind: the key of its time, and the figures that come from the same round
+_MODEL_TIMED = {f'{kind}_ms': (f'{kind}_ms_all', f'{kind}_img_s', f'{kind}_peak_gib')
+                for kind in ('infer', 'train', 'infer_graph', 'train_graph')}
+_DINO_TIMED = {'s_iter': ('ms_all', 'img_s', 'peak_gib', 'reserved_gib',
+                          'steady_reserved_gib')}
 
 
-def best_of_rounds(rows: List[dict]) -> dict:
+def best_of_rounds(rows: List[dict], timed: Dict[str, Sequence[str]] = _MODEL_TIMED,
+                   lowest: Sequence[str] = ('infer_host_ms', 'train_host_ms')) -> dict:
     """One row from the rows of one (model, size, batch) in several rounds.
 
-    Per step kind (``infer``, ``train``, ``infer_graph``, ``train_graph``) the
-    figures of the round with the fastest step (``<kind>_ms``, img/s from it; the
-    peak memory of that round too), and the lowest host time of any round: slow
-    phases of a shared host only ever add time, so the best round is the
-    measurement of the step itself. ``<kind>_ms_rounds`` and
-    ``<host figure>_rounds`` keep every round's figure; counts (launches, Python
-    calls, operators) do not depend on the round and come from the first. A
-    pair that failed in any round keeps that round's ``error``.
+    Per timed figure (a key of ``timed``: the ``models`` mode's ``<kind>_ms``, the
+    ``dino-step`` mode's ``s_iter``) the round with the fastest step gives it and
+    the figures listed with it (img/s, peak memory); each ``lowest`` figure (the
+    host times) is the lowest of any round. Slow phases of a shared host only ever
+    add time, so the best round is the measurement of the step itself.
+    ``<figure>_rounds`` keeps every round's value; counts (launches, Python calls,
+    operators) do not depend on the round and come from the first. A pair that
+    failed in any round keeps that round's ``error``.
     """
     failed = [r for r in rows if 'error' in r]
     if failed or len(rows) == 1:
         return dict(failed[0] if failed else rows[0])
     best = dict(rows[0])
-    for kind in ('infer', 'train', 'infer_graph', 'train_graph'):
-        timed = [r for r in rows if f'{kind}_ms' in r]
-        if not timed:
+    for key, companions in timed.items():
+        measured = [r for r in rows if key in r]
+        if not measured:
             continue
-        fastest = min(timed, key=lambda r: r[f'{kind}_ms'])
-        for key in (f'{kind}_ms', f'{kind}_ms_all', f'{kind}_img_s', f'{kind}_peak_gib'):
-            if key in fastest:
-                best[key] = fastest[key]
-        best[f'{kind}_ms_rounds'] = [r[f'{kind}_ms'] for r in timed]
-    for key in _BEST_LOWEST:
+        fastest = min(measured, key=lambda r: r[key])
+        for k in (key, *companions):
+            if k in fastest:
+                best[k] = fastest[k]
+        best[f'{key}_rounds'] = [r[key] for r in measured]
+    for key in lowest:
         values = [r[key] for r in rows if r.get(key) is not None]
         if values:
             best[key], best[f'{key}_rounds'] = min(values), values
@@ -643,11 +647,29 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
                    repeats: int, iters: int, baseline: Optional[str] = None,
                    host_batch: int = 2, compile_mode: Optional[str] = None,
                    compile_baseline: bool = False,
-                   graph_blocks: bool = False) -> List[dict]:
+                   graph_blocks: bool = False, rounds: int = 1) -> List[dict]:
     """:func:`measure_dino_step` for each named config; ``<figure>_vs_baseline``
     ratios (throughput) against the ``baseline`` name. ``compile_mode`` applies to
     every config but the baseline's, unless ``compile_baseline``; ``graph_blocks``
-    to every config (the baseline's ViT has no graphed blocks)."""
+    to every config (the baseline's ViT has no graphed blocks). ``rounds``: as in
+    :func:`run_models`, the configs take turns and each keeps its best round."""
+    if rounds < 1:
+        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
+    per_round = [_measure_dino_all(configs, device, warmup, repeats, iters, baseline,
+                                   host_batch, compile_mode, compile_baseline,
+                                   graph_blocks) for _ in range(rounds)]
+    rows = [best_of_rounds(list(same), _DINO_TIMED, ('host_ms', ))
+            for same in zip(*per_round)]
+    base = next((r for r in rows if r['model'] == baseline and 'img_s' in r), None)
+    for r in rows:
+        if base is not None and 'img_s' in r:
+            r['img_s_vs_baseline'] = r['img_s'] / base['img_s']
+    return rows
+
+
+def _measure_dino_all(configs, device, warmup, repeats, iters, baseline, host_batch,
+                      compile_mode, compile_baseline, graph_blocks) -> List[dict]:
+    """One round of :func:`run_dino_steps`, each row printed as it comes."""
     rows = []
     for name, config in configs.items():
         row = dict(model=name, config=config)
@@ -663,10 +685,6 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
         _reset_peak(device)
         rows.append(row)
         print(format_dino_row(row), flush=True)
-    base = next((r for r in rows if r['model'] == baseline and 'img_s' in r), None)
-    for r in rows:
-        if base is not None and 'img_s' in r:
-            r['img_s_vs_baseline'] = r['img_s'] / base['img_s']
     return rows
 
 

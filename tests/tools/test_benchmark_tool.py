@@ -271,3 +271,23 @@ def test_rounds_take_turns_between_models(monkeypatch):
         bench.run_models(specs, sizes=[32], batches=[2], device=torch.device('cpu'),
                          amp=None, modes=['infer'], warmup=0, repeats=1, iters=1,
                          rounds=0)
+
+
+def test_dino_step_rounds_take_turns_and_keep_the_best(monkeypatch):
+    order = []
+
+    def fake_step(config, device, warmup, repeats, iters, host_batch, **kwargs):
+        order.append(config)
+        n = len(order)
+        return dict(batch=4, s_iter=0.1 * n, img_s=40.0 / n, peak_gib=float(n),
+                    host_ms=10.0 / n, launches=3)
+
+    monkeypatch.setattr(bench, 'measure_dino_step', fake_step)
+    rows = bench.run_dino_steps({'base': 'b.py', 'a': 'a.py'}, torch.device('cpu'),
+                                0, 1, 1, baseline='base', rounds=2)
+    assert order == ['b.py', 'a.py', 'b.py', 'a.py']
+    base, a = rows
+    assert base['s_iter'] == pytest.approx(0.1) and base['peak_gib'] == 1.0
+    assert base['s_iter_rounds'] == pytest.approx([0.1, 0.3])
+    assert a['host_ms'] == pytest.approx(10.0 / 4)  # the lowest, from the last round
+    assert a['img_s_vs_baseline'] == pytest.approx((40.0 / 2) / 40.0)

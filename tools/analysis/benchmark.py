@@ -70,6 +70,9 @@ def parse_args(argv=None):
                    help='images per view of the host-bound run (0: skip it)')
     d.add_argument('--no-baseline', action='store_true',
                    help=f'skip the {DINO_BASELINE} baseline (no ratios)')
+    d.add_argument('--rounds', type=int, default=1,
+                   help='measure every config this many times, taking turns, and keep '
+                   "each one's best round")
     d.add_argument('--compile', choices=COMPILE_MODES,
                    help='torch.compile both backbones of each DINO model in this mode, '
                    'as CompileModulesHook does (the baseline only with '
@@ -136,11 +139,13 @@ def main(argv=None) -> dict:
         result['settings'].update(configs=configs, host_batch=args.host_batch,
                                   compile=args.compile,
                                   compile_baseline=args.compile_baseline,
-                                  graph_blocks=args.graph_blocks)
+                                  graph_blocks=args.graph_blocks, rounds=args.rounds)
         rows = run_dino_steps(configs, device, args.warmup, args.repeats, args.iters,
                               baseline, args.host_batch, args.compile,
-                              args.compile_baseline, args.graph_blocks)
+                              args.compile_baseline, args.graph_blocks, args.rounds)
         result['rows'] = rows
+        if args.rounds > 1:
+            print(f'best of {args.rounds} rounds per config:')
         print(format_dino_table(rows, baseline))
     elif args.mode == 'profile':
         result['settings'].update(model=args.model, size=args.size, batch=args.batch,
