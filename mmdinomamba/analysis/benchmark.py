@@ -47,6 +47,10 @@ MODELS = {
     'reg-b': dict(type='DinoVim', arch='base', num_registers=12),
     'linearvit-b': dict(type='LinearViT', arch='base'),
     'vit-b': dict(type='ViT', arch='base'),
+    # the blocks called one at a time (DinoVim(fused_blocks=False)): the eager path
+    # before the one-call stack, the same numbers
+    **{f'dinovim-{s}-loop': dict(type='DinoVim', arch=a, fused_blocks=False)
+       for s, a in (('t', 'tiny'), ('s', 'small'), ('b', 'base'))},
 }
 BASELINE = 'vit-b'
 # The shipped DINO pretraining configs by name (in the repository's configs/)

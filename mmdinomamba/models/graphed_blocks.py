@@ -25,7 +25,7 @@ state is restored after each capture's warm-up, so a run that captures at step k
 (after a resume) draws what an uninterrupted run draws.
 """
 import warnings
-from typing import Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -35,11 +35,15 @@ Tensor = torch.Tensor
 
 class _Stack(nn.Module):
     """``(tokens) -> (h, residual)`` through every block; holds the blocks without
-    registering them (the backbone owns them: no second name in a state dict)."""
+    registering them (the backbone owns them: no second name in a state dict).
+    ``run`` runs them (the backbone's own way, e.g. one fused call); None: one
+    ``layer(h, residual)`` after the other."""
 
-    def __init__(self, layers: nn.ModuleList, training: bool):
+    def __init__(self, layers: nn.ModuleList, training: bool,
+                 run: Optional[Callable[[Tensor], Tuple[Tensor, Tensor]]] = None):
         super().__init__()
         self.__dict__['_layers'] = layers
+        self.__dict__['_run'] = run
         self._params = tuple(layers.parameters())
         self.training = training
 
@@ -50,6 +54,8 @@ class _Stack(nn.Module):
         return iter(())
 
     def forward(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
+        if self.__dict__['_run'] is not None:
+            return self.__dict__['_run'](tokens)
         h, residual = tokens, None
         for layer in self.__dict__['_layers']:
             h, residual = layer(h, residual)
@@ -68,6 +74,10 @@ class GraphedBlocks:
 
     Args:
         layers (nn.ModuleList): the blocks; the first gets ``residual=None``.
+        run (callable, optional): ``tokens -> (h, residual)`` through every block,
+            the way the backbone runs them eagerly (what is captured, so a replay
+            makes the eager numbers and random draws); None calls the layers one
+            after the other.
         warmup (int): eager iterations before each capture. Defaults to 3.
         max_signatures (int): captures kept at most; inputs of further signatures
             run eagerly (each capture holds its own memory: inputs of many sizes,
@@ -75,8 +85,11 @@ class GraphedBlocks:
             them up). Defaults to 8.
     """
 
-    def __init__(self, layers: nn.ModuleList, warmup: int = 3, max_signatures: int = 8):
+    def __init__(self, layers: nn.ModuleList,
+                 run: Optional[Callable[[Tensor], Tuple[Tensor, Tensor]]] = None,
+                 warmup: int = 3, max_signatures: int = 8):
         self.layers = layers
+        self.run = run
         self.warmup = warmup
         self.max_signatures = max_signatures
         self._graphs: Dict[tuple, object] = {}
@@ -111,7 +124,7 @@ class GraphedBlocks:
         key = self._key(tokens, training)
         grad = key[5]
         if grad and self._pending.get(key):
-            return _Stack(self.layers, training)(tokens)  # see the module docstring
+            return _Stack(self.layers, training, self.run)(tokens)  # see the module docstring
         graphed = self._graphs.get(key)
         if graphed is None:
             if len(self._graphs) >= self.max_signatures:
@@ -119,7 +132,7 @@ class GraphedBlocks:
                     warnings.warn(f'GraphedBlocks: {self.max_signatures} input '
                                   'signatures captured; further ones run eagerly')
                     self._full = True
-                return _Stack(self.layers, training)(tokens)
+                return _Stack(self.layers, training, self.run)(tokens)
             graphed = self._graphs[key] = self._capture(tokens, training, grad)
         if not grad:
             return graphed(tokens)
@@ -134,7 +147,7 @@ class GraphedBlocks:
 
     def _capture(self, tokens: Tensor, training: bool, grad: bool):
         rng = torch.cuda.get_rng_state(tokens.device)
-        stack = _Stack(self.layers, training)
+        stack = _Stack(self.layers, training, self.run)
         try:
             with _autocast_without_cache():
                 capture = _capture_training if grad else _capture_forward

@@ -38,7 +38,7 @@ def fake_captures(monkeypatch):
 
     def fake_capture(self, tokens, training, grad):
         captures.append((tuple(tokens.shape), grad))
-        stack = gb._Stack(self.layers, training)
+        stack = gb._Stack(self.layers, training, self.run)
 
         def replay(x):
             replays.append(tuple(x.shape))

@@ -14,21 +14,26 @@ from mmengine.model.weight_init import trunc_normal_
 from mmdinomamba.models.graphed_blocks import GraphedBlocks
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
-from mmdinomamba.ops import RMSNorm, add_rms_norm
+from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, blocks
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
 
 FEATURE_SOURCES = ('residual', 'normed', 'mixer')
+# nn.Module's global hooks (torch.nn.modules.module.register_module_forward_hook...)
+_GLOBAL_HOOKS = ('_global_forward_hooks', '_global_forward_pre_hooks',
+                 '_global_backward_hooks', '_global_backward_pre_hooks')
 
 
 class MambaBlock(nn.Module):
     """Pre-norm block "add -> RMSNorm -> mixer", residual stream kept in fp32.
 
-    ``forward(h, residual)`` returns the new ``(h, residual)`` pair: the mixer
-    output and the stream it was computed from (``residual`` is None for the
-    first block, whose input is the stream itself). The add and the norm are one
-    fused kernel on CUDA (:func:`mmdinomamba.ops.add_rms_norm`).
+    ``forward(h, residual, scale)`` returns the new ``(h, residual)`` pair: the
+    mixer output and the stream it was computed from (``residual`` is None for the
+    first block, whose input is the stream itself). ``scale`` (batch,) is the
+    stochastic-depth factor of ``h``; None: the block draws its own. The add and the
+    norm are one fused kernel on CUDA (:func:`mmdinomamba.ops.add_rms_norm`).
+    :func:`mmdinomamba.ops.blocks` runs a stack of these in one call.
     """
 
     def __init__(self, dim: int, mixer_cfg: dict, drop_path: float = 0.0,
@@ -38,14 +43,26 @@ class MambaBlock(nn.Module):
         self.mixer = SSDMixer(dim, **mixer_cfg)
         self.drop_path = drop_path_or_identity(drop_path)
 
-    def forward(self, h: Tensor, residual: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    def forward(self, h: Tensor, residual: Optional[Tensor],
+                scale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         # stochastic depth of the previous block's output, applied inside the add
-        scale = None
-        if residual is not None and isinstance(self.drop_path, DropPath):
+        if residual is None:
+            scale = None
+        elif scale is None and isinstance(self.drop_path, DropPath):
             scale = self.drop_path.sample_scale(h)
         residual, normed = add_rms_norm(h, residual, self.norm.weight, self.norm.eps,
                                         scale)
         return self.mixer(normed), residual
+
+    def params(self) -> BlockParams:
+        """The block's parameters as :func:`mmdinomamba.ops.blocks` takes them."""
+        in_proj = self.mixer.in_proj
+        return BlockParams(self.norm.weight, in_proj.weight, in_proj.bias,
+                           self.mixer.core_params())
+
+    def spec(self) -> BlockSpec:
+        """The block's sizes as :func:`mmdinomamba.ops.blocks` takes them."""
+        return BlockSpec(self.norm.eps, self.mixer.spec)
 
 
 class DinoVim(PlainBackbone):
@@ -88,6 +105,12 @@ class DinoVim(PlainBackbone):
         norm_eps (float): RMSNorm eps. Defaults to 1e-5.
         frozen_stages (int): freeze embeddings and this many blocks. Defaults to -1.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
+        fused_blocks (bool): when only the last block's output is asked for
+            (training, plain inference), run every block in one call of
+            :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
+            kernels: the least host work per eager step). False calls the block
+            modules one at a time: the same numbers, for comparison. Defaults to
+            True.
     """
     arch_zoo = {
         **dict.fromkeys(['t', 'tiny'], dict(embed_dims=256, num_layers=24)),
@@ -113,9 +136,11 @@ class DinoVim(PlainBackbone):
                  mixer_cfg: Optional[dict] = None,
                  norm_eps: float = 1e-5,
                  frozen_stages: int = -1,
-                 init_cfg: Optional[dict] = None):
+                 init_cfg: Optional[dict] = None,
+                 fused_blocks: bool = True):
         super().__init__(arch, img_size, patch_size, out_indices, out_type,
                          final_norm, frozen_stages, init_cfg)
+        self.fused_blocks = fused_blocks
         if feature_source not in FEATURE_SOURCES:
             raise ValueError(f'DinoVim: unknown feature_source {feature_source!r}; '
                              f'choose one of {FEATURE_SOURCES}')
@@ -142,6 +167,10 @@ class DinoVim(PlainBackbone):
         self.norm_f = RMSNorm(dim, eps=norm_eps)
         self.drop_path = drop_path_or_identity(drop_path_rate)
         self._graphed: Optional[GraphedBlocks] = None
+        self._keep_probs: Dict[torch.device, Tensor] = {}  # per device, made once
+        # the modules the block loop calls (their hooks keep the blocks in the loop)
+        self._hookable = [m for layer in self.layers
+                          for m in (layer, layer.mixer, layer.mixer.in_proj)]
         self._init_embeddings()
         self._rescale_out_proj()
         self._freeze_stages()
@@ -152,7 +181,7 @@ class DinoVim(PlainBackbone):
         numbers, one launch per pass instead of a few dozen per block). Applies when
         every block runs and only the last one's output is asked for (training and
         plain inference); other calls stay eager."""
-        self._graphed = GraphedBlocks(self.layers) if enabled else None
+        self._graphed = GraphedBlocks(self.layers, self._run_blocks) if enabled else None
 
     @property
     def uses_cuda_graphs(self) -> bool:
@@ -220,23 +249,70 @@ class DinoVim(PlainBackbone):
                        feature_source: Optional[str] = None) -> List[Tensor]:
         """Run the blocks; return the (batch, seqlen, dim) output of each index.
 
-        Stops after the last requested block.
+        Stops after the last requested block. When only the last block's output is
+        asked for (training, plain inference), every block runs in one call:
+        replayed from CUDA graphs after :meth:`use_cuda_graphs`, else
+        :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused kernels).
+        Hooks registered on a block, its mixer or ``in_proj`` see the calls they
+        would see eagerly: with any of them, the blocks run one module at a time.
         """
         source = feature_source or self.feature_source
         wanted = set(indices)
         last = self.num_layers - 1
-        if (self._graphed is not None and wanted == {last}
-                and self._graphed.takes(tokens)):
-            h, residual = self._graphed(tokens, self.training)
+        if wanted == {last} and not self._hooked():
+            if self._graphed is not None and self._graphed.takes(tokens):
+                h, residual = self._graphed(tokens, self.training)
+            else:
+                h, residual = self._run_blocks(tokens)
             out = self._block_output(h, residual, last, source)
             return [out for _ in indices]
         outs: Dict[int, Tensor] = {}
-        h, residual = tokens, None
-        for i, layer in enumerate(self.layers[:max(indices) + 1]):
-            h, residual = layer(h, residual)
+        for i, (h, residual) in enumerate(self._block_loop(tokens, max(indices) + 1)):
             if i in wanted:
                 outs[i] = self._block_output(h, residual, i, source)
         return [outs[i] for i in indices]
+
+    def _hooked(self) -> bool:
+        """Whether a hook waits for a call of the modules the block loop calls (a
+        block, its mixer, ``in_proj``), or a global module hook is set."""
+        if any(getattr(nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
+            return True
+        return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                   or m._backward_pre_hooks for m in self._hookable)
+
+    def _block_loop(self, tokens: Tensor, count: int):
+        """Yield ``(h, residual)`` after each of the first ``count`` blocks, called
+        one at a time (with the stochastic-depth draw of the whole stack)."""
+        h, residual = tokens, None
+        scales = self._drop_scales(tokens)
+        for i, layer in enumerate(self.layers[:count]):
+            h, residual = layer(h, residual, scales[i] if scales is not None else None)
+            yield h, residual
+
+    def _run_blocks(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Every block: the last one's ``(h, residual)``."""
+        if not self.fused_blocks:
+            *_, last = self._block_loop(tokens, self.num_layers)
+            return last
+        return blocks(tokens, [layer.params() for layer in self.layers],
+                      [layer.spec() for layer in self.layers], self._drop_scales(tokens))
+
+    def _drop_scales(self, tokens: Tensor) -> Optional[Tensor]:
+        """The blocks' stochastic-depth factors for this batch, one draw for all:
+        (num_layers, batch) float32, 0 or ``1 / keep`` (row ``i`` for block ``i``'s
+        add; rows of rate 0 are 1). None in eval mode or without drop path."""
+        if not self.training:
+            return None
+        keep = self._keep_probs.get(tokens.device)
+        if keep is None:
+            rates = [layer.drop_path.p if isinstance(layer.drop_path, DropPath) else 0.0
+                     for layer in self.layers]
+            if not any(rates):
+                return None
+            keep = self._keep_probs[tokens.device] = torch.tensor(
+                [[1.0 - p] for p in rates], device=tokens.device)
+        return torch.empty(len(keep), tokens.shape[0],
+                           device=tokens.device).bernoulli_(keep).div_(keep)
 
     def _block_output(self, h: Tensor, residual: Tensor, i: int, source: str) -> Tensor:
         """Block ``i``'s output as ``source`` defines it, from its ``(h, residual)``."""

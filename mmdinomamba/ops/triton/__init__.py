@@ -12,10 +12,12 @@ arguments, the ground truth in the tests. Split by stage, as the algorithm runs:
 ``conv.py``        both directions' causal conv + SiLU
 ``norm.py``        gated RMSNorm + direction average; residual add + RMSNorm
 ``mixer.py``       the mixer after ``in_proj``: :func:`mixer_core_triton`
+``blocks.py``      a stack of blocks as one autograd node: :func:`blocks_triton`
 =================  ==============================================================
 """
+from .blocks import blocks_triton
 from .mixer import mixer_core_triton
 from .norm import add_rms_norm_triton
 from .ssd_scan import ssd_triton
 
-__all__ = ['add_rms_norm_triton', 'mixer_core_triton', 'ssd_triton']
+__all__ = ['add_rms_norm_triton', 'blocks_triton', 'mixer_core_triton', 'ssd_triton']

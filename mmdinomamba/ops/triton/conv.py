@@ -148,8 +148,9 @@ def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, seqlen, di
                      NDIR: tl.constexpr, HAS_BIAS: tl.constexpr, ROW_ALIGN: tl.constexpr,
                      BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """dx, and the partial dw / db of this program's tokens: row ``image * splits +
-    split`` of ``part`` (rows, ndir, dim, 5) holds each channel's four taps of dw
-    then db (computed even without a bias), so that one reduction gives both.
+    split`` of ``part`` (rows, ndir * dim * 5) holds dw (ndir, dim, 4), then db
+    (ndir, dim) (computed even without a bias), so that one reduction gives both,
+    each in its parameter's layout.
 
     Step t computes the gradient before SiLU at t + 3 (from x[t .. t+6]) and dx[t]
     from the gradients before SiLU at t .. t+3 (direction 0) and t-3 .. t
@@ -223,20 +224,23 @@ def _conv_bwd_kernel(x_ptr, w_ptr, b_ptr, dout_ptr, dx_ptr, part_ptr, seqlen, di
                      mask=mask_c & (t >= t0) & (t < t_end))
             g0_0, g0_1, g0_2 = g0_1, g0_2, g0_3
             x0, x1, x2, x3, x4, x5 = x1, x2, x3, x4, x5, x6
-    row = b * tl.num_programs(2) + split
-    part = part_ptr + ((row * NDIR * dim + offs_c) * 5).to(tl.int64)
-    tl.store(part + 0, dw00, mask=mask_c)
-    tl.store(part + 1, dw01, mask=mask_c)
-    tl.store(part + 2, dw02, mask=mask_c)
-    tl.store(part + 3, dw03, mask=mask_c)
-    tl.store(part + 4, db0, mask=mask_c)
+    # this program's row of `part`: [dw of direction 0 (dim, 4), of direction 1,
+    # db of direction 0 (dim), of direction 1], the parameters' own layouts
+    row = (b * tl.num_programs(2) + split) * (NDIR * dim * 5)
+    taps = part_ptr + row + offs_c * 4
+    tl.store(taps + 0, dw00, mask=mask_c)
+    tl.store(taps + 1, dw01, mask=mask_c)
+    tl.store(taps + 2, dw02, mask=mask_c)
+    tl.store(taps + 3, dw03, mask=mask_c)
+    biases = part_ptr + row + NDIR * dim * 4 + offs_c
+    tl.store(biases, db0, mask=mask_c)
     if NDIR == 2:
-        part += dim * 5
-        tl.store(part + 0, dw10, mask=mask_c)
-        tl.store(part + 1, dw11, mask=mask_c)
-        tl.store(part + 2, dw12, mask=mask_c)
-        tl.store(part + 3, dw13, mask=mask_c)
-        tl.store(part + 4, db1, mask=mask_c)
+        taps += dim * 4
+        tl.store(taps + 0, dw10, mask=mask_c)
+        tl.store(taps + 1, dw11, mask=mask_c)
+        tl.store(taps + 2, dw12, mask=mask_c)
+        tl.store(taps + 3, dw13, mask=mask_c)
+        tl.store(biases + dim, db1, mask=mask_c)
 
 
 def row_align(element_size: int, *strides: int) -> int:
@@ -313,7 +317,7 @@ def conv_backward(x: Tensor, weight: Tensor, bias, dout: Tensor, dx: Tensor):
     ndir = weight.shape[0]
     grid = _grid(batch, seqlen, dim, BWD_BLOCK_T)
     rows = batch * grid[2]
-    part = torch.empty(rows, ndir, dim, 5, device=x.device, dtype=torch.float32)
+    part = torch.empty(rows, ndir * dim * 5, device=x.device, dtype=torch.float32)
     a = math.gcd(_layout(x, dout), row_align(dx.element_size(), dx.stride(1)))
     launch(_conv_bwd_kernel)[grid](
         x, weight, bias if bias is not None else weight, dout, dx, part, seqlen, dim,
@@ -321,5 +325,6 @@ def conv_backward(x: Tensor, weight: Tensor, bias, dout: Tensor, dx: Tensor):
         dout.stride(2) // a, dx.stride(0), dx.stride(1) // a, NDIR=ndir,
         HAS_BIAS=bias is not None, ROW_ALIGN=a, BLOCK_T=BWD_BLOCK_T, BLOCK_C=BLOCK_C,
         num_warps=NUM_WARPS)
-    total = part.sum(0)
-    return total[..., :4], total[..., 4] if bias is not None else None
+    total = part.sum(0)  # dense dw and db: gradients autograd can keep as they are
+    return (total[:ndir * dim * 4].view(ndir, dim, 4),
+            total[ndir * dim * 4:].view(ndir, dim) if bias is not None else None)

@@ -256,9 +256,10 @@ def _op_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
         dres, zxbcdt, y2, rstd, out_w.to(zxbcdt.dtype), out_w.dtype, has_out_b,
         params, p, spec)
     empty = out_w.new_empty(0)
-    # the conv's weight and bias gradients are slices of one buffer: copies
+    # copies: an op's outputs alias nothing, and the conv's weight and bias
+    # gradients are slices of one buffer, the scan's per-head ones of another
     return (dzxbcdt, dout_w, dout_b if has_out_b else empty,
-            [empty if g is None else g.contiguous() for g in stacked])
+            [empty if g is None else g.clone() for g in stacked])
 
 
 @_op_backward.register_fake

@@ -284,6 +284,31 @@ def _add_norm_forward(h: Tensor, residual, weight: Tensor, eps: float,
     return res_out, out, rstd, normed, seqlen
 
 
+def _add_norm_backward(dout, dres_out, saved: Tensor, weight: Tensor, rstd: Tensor,
+                       scale, h_dtype: torch.dtype, seqlen: int, saved_normed: bool):
+    """The add + norm kernel's backward: the gradients of the input residual (rows,
+    dim) float32 and of ``h`` (rows, dim) in ``h_dtype``, and the weight's (dim,)
+    float32, from the gradients of the output (``dout``, the normed rows) and of the
+    new residual (``dres_out``); either may be None (zero). ``saved`` is what the
+    forward kept (:func:`_add_norm_forward`): the float32 residual, or with
+    ``saved_normed`` the normalised rows."""
+    rows, dim = saved.shape
+    dx = torch.empty(rows, dim, device=saved.device, dtype=torch.float32)
+    dh = torch.empty(rows, dim, device=saved.device, dtype=h_dtype)
+    programs = cdiv(rows, ADD_NORM_ROWS)
+    dw = torch.empty(programs, dim, device=saved.device, dtype=torch.float32)
+    if dout is None:
+        dout = torch.zeros(rows, dim, device=saved.device, dtype=torch.float32)
+    block = next_power_of_2(dim)
+    launch(_add_norm_bwd_kernel)[(programs, )](
+        dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
+        saved, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,
+        rows, seqlen, DIM=dim, BLOCK=block, HAS_DRES=dres_out is not None,
+        HAS_SCALE=scale is not None, SAVED_NORMED=saved_normed, ROWS=ADD_NORM_ROWS,
+        num_warps=max(1, min(8, block // 256)))
+    return dx, dh, dw.sum(0)
+
+
 class _AddRMSNorm(torch.autograd.Function):
 
     @staticmethod
@@ -303,22 +328,10 @@ class _AddRMSNorm(torch.autograd.Function):
     def backward(ctx, dres_out, dout):
         saved, weight, rstd, scale = ctx.saved_tensors
         h_dtype, has_residual, w_dtype, shape, seqlen, saved_normed = ctx.meta
-        rows, dim = saved.shape
-        dx = torch.empty(rows, dim, device=saved.device, dtype=torch.float32)
-        dh = torch.empty(rows, dim, device=saved.device, dtype=h_dtype)
-        programs = cdiv(rows, ADD_NORM_ROWS)
-        dw = torch.empty(programs, dim, device=saved.device, dtype=torch.float32)
-        if dout is None:
-            dout = torch.zeros(rows, dim, device=saved.device, dtype=torch.float32)
-        block = next_power_of_2(dim)
-        launch(_add_norm_bwd_kernel)[(programs, )](
-            dout.contiguous(), dres_out.contiguous() if dres_out is not None else dx,
-            saved, weight, rstd, scale if scale is not None else rstd, dx, dh, dw,
-            rows, seqlen, DIM=dim, BLOCK=block, HAS_DRES=dres_out is not None,
-            HAS_SCALE=scale is not None, SAVED_NORMED=saved_normed, ROWS=ADD_NORM_ROWS,
-            num_warps=max(1, min(8, block // 256)))
+        dx, dh, dw = _add_norm_backward(dout, dres_out, saved, weight, rstd, scale,
+                                        h_dtype, seqlen, saved_normed)
         return (dh.view(shape), dx.view(shape) if has_residual else None,
-                cast(dw.sum(0), w_dtype), None, None, None)
+                cast(dw, w_dtype), None, None, None)
 
 
 def add_rms_norm_triton(h: Tensor, residual, weight: Tensor, eps: float,

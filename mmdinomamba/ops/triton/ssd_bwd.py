@@ -105,7 +105,7 @@ def _ssd_bwd_states_kernel(
 @triton.jit
 def _ssd_bwd_chunk_kernel(
         x_ptr, B_ptr, C_ptr, dt_ptr, dt_bias_ptr, A_ptr, D_ptr, dy_ptr, hin_ptr,
-        dout_ptr, carry_ptr, dx_ptr, dB_ptr, dC_ptr, ddt_ptr, dA_ptr, dbias_ptr, dD_ptr,
+        dout_ptr, carry_ptr, dx_ptr, dB_ptr, dC_ptr, ddt_ptr, sums_ptr, dD_ptr,
         seqlen, nheads, heads_per_group, nslots, nchunks, c0, chunk_len,
         s_xb, s_xl, s_xd, s_xh,
         s_Bb, s_Bl, s_Bd, s_Bg,
@@ -121,7 +121,9 @@ def _ssd_bwd_chunk_kernel(
 
     From the chunk's inputs, ``dy``, and ``hin[c]``, ``dout[c]`` and ``carry[c]``
     (pass 1): dx, and per slot dB, dC, d(raw dt); per chunk the partial sums of dA,
-    d(dt_bias), dD. Chunk c holds the tokens from ``c * chunk_len`` (pass 1's chunk
+    d(dt_bias) and, with D_PER_SLOT, dD, each a (slots, images, chunks) block of
+    ``sums`` (so one reduction sums them all); a per-channel dD's partial sums go to
+    ``dD`` (slots, images, chunks, headdim). Chunk c holds the tokens from ``c * chunk_len`` (pass 1's chunk
     length); this launch's chunks start at ``c0``, and CHUNK (the tile) may be
     shorter than chunk_len when the chunks hold fewer tokens (the sequence's tail).
     """
@@ -138,6 +140,7 @@ def _ssd_bwd_chunk_kernel(
     row = (b * nslots + slot) * nchunks + c  # (image, slot, chunk): the states
     # (slot, image, chunk): the partial sums, reduced over one contiguous axis
     part = (slot * tl.num_programs(1) + b) * nchunks + c
+    parts = nslots * tl.num_programs(1) * nchunks  # one block of `sums`
     A = _slot_A(A_ptr, slot, A_LOG)
     bias = tl.load(dt_bias_ptr + slot).to(tl.float32)
 
@@ -186,19 +189,22 @@ def _ssd_bwd_chunk_kernel(
     dA = tl.sum(dt * da, 0)
     if A_LOG:  # dA_log = dA * dA/dA_log = dA * A
         dA = dA * A
-    tl.store(dA_ptr + part, dA)
+    tl.store(sums_ptr + part, dA)
     dxv = dt[:, None] * dX
     if HAS_D:
         Dv = _slot_D(D_ptr, slot, offs_p, mask_p, HEADDIM, D_PER_SLOT)
         dxv += Dv[None, :] * dy.to(tl.float32)
-        tl.store(dD_ptr + part * HEADDIM + offs_p,
-                 tl.sum(x.to(tl.float32) * dy.to(tl.float32), 0), mask=mask_p)
+        dD = tl.sum(x.to(tl.float32) * dy.to(tl.float32), 0)  # 0 off the channels
+        if D_PER_SLOT:
+            tl.store(sums_ptr + 2 * parts + part, tl.sum(dD, 0))
+        else:
+            tl.store(dD_ptr + part * HEADDIM + offs_p, dD, mask=mask_p)
     tl.store(dx_base + pos[:, None] * s_gl + offs_p[None, :],
              dxv.to(dx_ptr.dtype.element_ty), mask=mask_qp)
     if DT_SOFTPLUS:
         ddt = ddt * tl.sigmoid(raw)
     ddt = tl.where(valid, ddt, 0.)
-    tl.store(dbias_ptr + part, tl.sum(ddt, 0))
+    tl.store(sums_ptr + parts + part, tl.sum(ddt, 0))
     tl.store(ddt_ptr + (b * seqlen + pos) * nslots + slot, ddt, mask=valid)
 
 
@@ -229,8 +235,9 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         maxnreg, states_maxnreg (int, optional): register caps per thread of the
             per-chunk kernel and the state sweeps (None: the compiler's choice;
             'auto': :func:`occupancy_maxnreg`).
-        dD_per_slot (bool): return dD summed over the head's channels too,
-            (slots,), for a D shared by the channels of a head.
+        dD_per_slot (bool): return a per-channel D's gradient summed over the
+            head's channels too, (slots,). A per-slot D's (one per head, as the
+            mixer's) always is.
         states (tuple, optional): the ``(hin, dout)`` work buffers of
             :func:`state_buffers` to use (their contents do not matter); None
             allocates them.
@@ -243,8 +250,8 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
         tuple: ``dB``, ``dC`` (batch, seqlen, slots, dstate) in x's dtype, per
         slot, to be summed over the heads of each group by :func:`sum_heads`;
         float32 ``ddt`` (batch, seqlen, slots) of the raw step, ``dA`` and
-        ``ddt_bias`` (slots,) and ``dD`` (slots, headdim), or (slots,) with
-        ``dD_per_slot``, or None, summed over the batch.
+        ``ddt_bias`` (slots,) and ``dD`` (slots, headdim), or (slots,) for a
+        per-slot D or with ``dD_per_slot``, or None, summed over the batch.
     """
     kw = dict(device=args.x.device, dtype=torch.float32)
     batch, seqlen, nslots, nchunks = args.batch, args.seqlen, args.nslots, args.nchunks
@@ -258,10 +265,12 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
                           dtype=args.x.dtype)
     dB, dC = dBC
     ddt = torch.empty(batch, seqlen, nslots, **kw)
-    dA = torch.empty(nslots, batch * nchunks, **kw)
-    dbias = torch.empty_like(dA)
+    # the partial sums of dA, d(dt_bias) and a per-slot dD in one buffer, one
+    # reduction; a per-channel dD's in a buffer of their own
+    per_slot = args.D is not None and args.D.dim() == 1
+    sums = torch.empty(2 + per_slot, nslots, batch * nchunks, **kw)
     dD = torch.empty(nslots, batch * nchunks, args.headdim, **kw) \
-        if args.D is not None else None
+        if args.D is not None and not per_slot else None
     inputs = dict(args.inputs(), dy_ptr=dy, hin_ptr=hin, dout_ptr=dout, carry_ptr=carry,
                   nchunks=nchunks, **strides('y', dy))
     if states_maxnreg == 'auto':
@@ -275,17 +284,22 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
     tail = block(seqlen % chunk)
     full = seqlen // chunk if tail < chunk else nchunks
     outputs = dict(D_ptr=args.D_ptr(), dx_ptr=dx, dB_ptr=dB, dC_ptr=dC, ddt_ptr=ddt,
-                   dA_ptr=dA, dbias_ptr=dbias, dD_ptr=dD if dD is not None else dA,
+                   sums_ptr=sums, dD_ptr=dD if dD is not None else sums,
                    chunk_len=chunk, **strides('g', dx))
     for first, count, tile in ((0, full, chunk), (full, nchunks - full, tail)):
         if count:
             launch(_ssd_bwd_chunk_kernel)[(nslots, batch, count)](
                 **inputs, **outputs, c0=first, num_warps=num_warps, maxnreg=maxnreg,
                 **dict(const, CHUNK=tile))
-    # one reduction each over images and chunks
-    if dD is not None:
-        dD = dD.view(nslots, -1).sum(1) if dD_per_slot else dD.sum(1)
-    return dB, dC, ddt, dA.sum(1), dbias.sum(1), dD
+    # one reduction over images and chunks
+    dA, dbias, *dD_slot = sums.sum(-1).unbind(0)
+    if per_slot:
+        dD = dD_slot[0]
+    elif dD is not None:
+        dD = dD.view(nslots, -1, args.headdim).sum(1)
+        if dD_per_slot:
+            dD = dD.sum(1)
+    return dB, dC, ddt, dA, dbias, dD
 
 
 def sum_heads(partials: Tensor, ndir: int, ngroups: int, out=None) -> Tensor:

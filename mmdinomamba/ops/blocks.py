@@ -1,0 +1,90 @@
+"""A stack of pre-norm SSD blocks, one call for all of them: two implementations.
+
+Block ``i`` of DinoVim, with ``s_i`` its per-sample stochastic-depth factor (0 or
+``1 / keep``; 1 without drop path) and the residual stream in float32::
+
+    residual_i = s_i h_{i-1} + residual_{i-1}      (block 0: residual_0 = tokens)
+    u_i        = rmsnorm(residual_i) * w_i
+    h_i        = mixer_core(in_proj(u_i))          (:mod:`mmdinomamba.ops.mixer`)
+
+:func:`blocks_loop` writes this as the loop it is, each step through its own
+dispatcher (:func:`~mmdinomamba.ops.add_rms_norm`, :func:`~mmdinomamba.ops.mixer_core`):
+the PyTorch ops on a CPU (the twin every fast path is tested against), and what
+``torch.compile`` traces on CUDA. :func:`mmdinomamba.ops.triton.blocks_triton` runs
+the fused kernels of each block and makes the whole stack one autograd node (the
+least host work per eager step). Same arguments, same function; :func:`blocks`
+picks one.
+"""
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .fused import add_rms_norm, use_triton
+from .mixer import MixerParams, MixerSpec, mixer_core, uses_fused_core
+
+Tensor = torch.Tensor
+
+
+class BlockParams(NamedTuple):
+    """One block's parameters, as the modules hold them (no copies).
+
+    Attributes:
+        norm_w (Tensor): (dim,), the pre-norm's scale.
+        in_w (Tensor): (width, dim), ``in_proj`` weight.
+        in_b (Tensor, optional): (width,).
+        core (MixerParams): the mixer's parameters after ``in_proj``.
+    """
+    norm_w: Tensor
+    in_w: Tensor
+    in_b: Optional[Tensor]
+    core: MixerParams
+
+
+class BlockSpec(NamedTuple):
+    """One block's sizes: the pre-norm's eps and the mixer's :class:`MixerSpec`."""
+    norm_eps: float
+    mixer: MixerSpec
+
+
+def blocks_loop(tokens: Tensor, params: Sequence[BlockParams],
+                specs: Sequence[BlockSpec], scales: Optional[Tensor] = None
+                ) -> Tuple[Tensor, Tensor]:
+    """The blocks one after the other, each step dispatched on its own (on a CPU:
+    the PyTorch ops, the twin of the fused stack).
+
+    Args:
+        tokens (Tensor): (batch, seqlen, dim), the first block's input.
+        params (Sequence[BlockParams]): per block, its parameters.
+        specs (Sequence[BlockSpec]): per block, its sizes.
+        scales (Tensor, optional): (nblocks, batch) float32 stochastic-depth factors;
+            row ``i`` multiplies block ``i - 1``'s output as block ``i`` adds it (row
+            0 is not read). None: no drop path.
+
+    Returns:
+        tuple: the last block's mixer output ``h`` (batch, seqlen, dim) and the
+        residual stream it was computed from (float32, float64 for float64 tokens).
+    """
+    h, residual = tokens, None
+    for i, (p, spec) in enumerate(zip(params, specs)):
+        scale = scales[i] if scales is not None and residual is not None else None
+        residual, normed = add_rms_norm(h, residual, p.norm_w, spec.norm_eps, scale)
+        h = mixer_core(F.linear(normed, p.in_w, p.in_b), p.core, spec.mixer)
+    return h, residual
+
+
+def uses_fused_blocks(tokens: Tensor, specs: Sequence[BlockSpec]) -> bool:
+    """Whether :func:`blocks` takes the fused path: the add + norm's kernels take
+    ``tokens`` (CUDA, a Triton dtype, not under ``torch.compile``) and every mixer
+    takes its fused core."""
+    return use_triton(tokens) and all(uses_fused_core(tokens, s.mixer) for s in specs)
+
+
+def blocks(tokens: Tensor, params: Sequence[BlockParams], specs: Sequence[BlockSpec],
+           scales: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """The blocks: fused where :func:`uses_fused_blocks` says so, else
+    :func:`blocks_loop`. Same arguments and result as :func:`blocks_loop`."""
+    if uses_fused_blocks(tokens, specs):
+        from .triton import blocks_triton
+        return blocks_triton(tokens, params, specs, scales)
+    return blocks_loop(tokens, params, specs, scales)

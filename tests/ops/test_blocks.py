@@ -1,0 +1,253 @@
+"""A stack of DinoVim blocks in one call (ops/blocks.py, ops/triton/blocks.py).
+
+The PyTorch twin ``blocks_loop`` is checked against the blocks' own modules called
+one after the other; the fused stack (one autograd node) against the twin in float64
+and, bit for bit, against the per-block fused path it replaces (the same kernels in
+the same order), on the CPU through Triton's interpreter.
+"""
+import copy
+import os.path as osp
+import sys
+
+import pytest
+import torch
+
+from mmdinomamba.models.backbones import DinoVim
+from mmdinomamba.ops import blocks, blocks_loop, uses_fused_blocks
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from test_ssd_triton_interpret import TOL, run_in_interpreter  # noqa: E402
+
+
+def tiny(**kw):
+    torch.manual_seed(0)
+    kw = dict(dict(drop_path_rate=0.5, mixer_cfg=dict(d_state=16, headdim=16)), **kw)
+    return DinoVim(arch=dict(embed_dims=32, num_layers=3), img_size=32, patch_size=8,
+                   **kw)
+
+
+def _stack_args(model):
+    return ([layer.params() for layer in model.layers],
+            [layer.spec() for layer in model.layers])
+
+
+def test_ref_is_the_blocks_one_after_the_other():
+    """blocks_loop with drawn factors equals the MambaBlock modules given the same
+    factors, forward and gradients, to the bit (the same ops)."""
+    model = tiny().train()
+    tokens = torch.randn(4, 18, 32, requires_grad=True)
+    scales = torch.tensor([[1., 1., 1., 1.], [0., 2., 2., 0.], [2., 0., 2., 2.]])
+    params, specs = _stack_args(model)
+    h, residual = blocks_loop(tokens, params, specs, scales)
+    want_h, want_res = tokens, None
+    for i, layer in enumerate(model.layers):
+        want_h, want_res = layer(want_h, want_res, scales[i])
+    assert torch.equal(h, want_h) and torch.equal(residual, want_res)
+    weights = [tokens, *model.layers.parameters()]
+    g = torch.autograd.grad((h.sum() + residual.square().sum()), weights)
+    g_want = torch.autograd.grad((want_h.sum() + want_res.square().sum()), weights)
+    for a, b in zip(g, g_want):
+        assert torch.equal(a, b)
+    assert not uses_fused_blocks(tokens, specs)  # a CPU tensor: blocks() runs the twin
+    assert all(torch.equal(a, b) for a, b in zip(blocks(tokens, params, specs, scales),
+                                                  (h, residual)))
+
+
+def test_dinovim_draws_one_factor_per_block_and_sample():
+    """Training draws a (blocks, batch) tensor of 0 and 1 / keep (keep = 1 - the
+    block's rate; the first blocks, of rate 0, are all 1); eval draws none; the
+    forward is the stack run with that draw."""
+    model = tiny().train()
+    tokens = torch.randn(64, 18, 32)
+    torch.manual_seed(3)
+    scales = model._drop_scales(tokens)
+    rates = [layer.drop_path.p if hasattr(layer.drop_path, 'p') else 0.0
+             for layer in model.layers]
+    assert scales.shape == (3, 64) and rates[0] == 0.0 and rates[2] > 0
+    for row, p in zip(scales, rates):
+        allowed = torch.tensor([1.0] if p == 0 else [0.0, 1 / (1 - p)])
+        assert torch.isclose(row[:, None], allowed).any(1).all(), (row, p)
+    assert (scales[2] == 0).any() and (scales[2] > 0).any()
+    torch.manual_seed(3)
+    got = model._run_blocks(tokens)
+    want = blocks_loop(tokens, *_stack_args(model), scales)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert model.eval()._drop_scales(tokens) is None
+    assert tiny(drop_path_rate=0.0).train()._drop_scales(tokens) is None
+
+
+def test_intermediate_outputs_use_the_same_draw_as_the_whole_stack():
+    """Asking for every block's output runs the blocks one by one with the same
+    factors: the last block's output equals the one-call stack's."""
+    model = tiny(out_indices=[0, 1, 2]).train()
+    x = torch.randn(4, 3, 32, 32)
+    torch.manual_seed(5)
+    per_block = model(x)[-1]
+    model.out_indices = [2]
+    torch.manual_seed(5)
+    stacked = model(x)[0]
+    assert torch.equal(per_block, stacked)
+
+
+def test_hooks_on_blocks_see_their_calls():
+    """A hook on a block, a mixer or in_proj keeps the blocks in the module loop, so
+    it sees the calls it saw before the one-call stack; the numbers are the same."""
+    model = tiny().eval()
+    x = torch.randn(2, 3, 32, 32)
+    plain = model(x)[0]
+    for module in (model.layers[2], model.layers[1].mixer, model.layers[0].mixer.in_proj):
+        seen = []
+        handle = module.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+        out = model(x)[0]
+        handle.remove()
+        assert len(seen) == 1 and torch.equal(out, plain)
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, args, out: seen.append(m))
+    model(x)
+    handle.remove()
+    assert any(m is model.layers[1].mixer for m in seen)
+
+
+SCRIPT = r'''
+from mmdinomamba.models.backbones import DinoVim
+from mmdinomamba.ops import blocks_loop
+from mmdinomamba.ops.triton import add_rms_norm_triton, blocks_triton, mixer_core_triton
+
+def per_block_fused(tokens, model, scales):
+    """The path blocks_triton replaces: three autograd nodes per block."""
+    h, residual = tokens, None
+    for i, layer in enumerate(model.layers):
+        scale = scales[i] if scales is not None and residual is not None else None
+        residual, normed = add_rms_norm_triton(h, residual, layer.norm.weight,
+                                               layer.norm.eps, normed_dtype, scale)
+        m = layer.mixer
+        h = mixer_core_triton(m.in_proj(normed), m.core_params(), m.spec)
+    return h, residual
+
+cases = {
+    'bidir': dict(),
+    'bias': dict(mixer_cfg=dict(d_state=16, headdim=16, bias=True, conv_bias=False)),
+    'causal': dict(mixer_cfg=dict(d_state=16, headdim=16, bidirectional=False)),
+}
+for key, kw in cases.items():
+    torch.manual_seed(0)
+    kw.setdefault('mixer_cfg', dict(d_state=16, headdim=16))
+    model = DinoVim(arch=dict(embed_dims=32, num_layers=3), img_size=32, patch_size=8,
+                    **kw)
+    for p in model.parameters():  # every parameter away from its initial value
+        p.data += 0.1 * torch.randn_like(p)
+    model.train()
+    params = [l.params() for l in model.layers]
+    specs = [l.spec() for l in model.layers]
+    tokens = torch.randn(3, 21, 32, requires_grad=True)
+    scales = torch.tensor([[1., 1., 1.], [0., 1.25, 1.25], [2., 2., 0.]])
+    weights = [tokens, *model.layers.parameters()]
+    dh, dres = torch.randn(3, 21, 32), torch.randn(3, 21, 32)
+    normed_dtype = torch.float32
+    got = blocks_triton(tokens, params, specs, scales)
+    g = torch.autograd.grad(got, weights, (dh, dres))
+    # the twin in float64
+    model64 = model.double()
+    ref = blocks_loop(tokens.double(), [l.params() for l in model64.layers], specs,
+                     scales.double())
+    g_ref = torch.autograd.grad(ref, [tokens, *model64.layers.parameters()],
+                                (dh.double(), dres.double()))
+    model.float()
+    errors[key + '.h'] = rel(got[0], ref[0])
+    errors[key + '.residual'] = rel(got[1], ref[1])
+    names = ['tokens'] + [n for n, _ in model.layers.named_parameters()]
+    for name, a, b in zip(names, g, g_ref):
+        errors[key + '.d' + name] = rel(a, b)
+    # the per-block fused path: the same kernels in the same order, the same bits
+    want = per_block_fused(tokens, model, scales)
+    g_want = torch.autograd.grad(want, weights, (dh, dres))
+    errors[key + '.bits'] = max((a - b).abs().max().item()
+                                for a, b in zip((*got, *g), (*want, *g_want)))
+    with torch.no_grad():  # the forward alone, no autograd node
+        nograd = blocks_triton(tokens, params, specs, scales)
+    errors[key + '.no_grad_bits'] = max((a - b).abs().max().item()
+                                        for a, b in zip(nograd, got))
+
+# a half-precision compute dtype (autocast): the same bits as the per-block path,
+# which then keeps the normalised rows in float16 (no float32 row of the stream)
+torch.manual_seed(0)
+model = DinoVim(arch=dict(embed_dims=32, num_layers=2), img_size=32, patch_size=8,
+                mixer_cfg=dict(d_state=16, headdim=16)).train()
+tokens = torch.randn(2, 21, 32, requires_grad=True)
+weights = [tokens, *model.layers.parameters()]
+dh, dres = torch.randn(2, 21, 32).half(), torch.randn(2, 21, 32)
+with torch.autocast('cpu', dtype=torch.float16):
+    got = blocks_triton(tokens, [l.params() for l in model.layers],
+                        [l.spec() for l in model.layers])
+    normed_dtype = torch.float16
+    want = per_block_fused(tokens, model, None)
+errors['half.dtype'] = float(got[0].dtype != torch.float16)
+g = torch.autograd.grad(got, weights, (dh, dres))
+g_want = torch.autograd.grad(want, weights, (dh, dres))
+errors['half.bits'] = max((a.float() - b.float()).abs().max().item()
+                          for a, b in zip((*got, *g), (*want, *g_want)))
+
+# a second backward through one forward is refused with a clear error
+out = blocks_triton(tokens, [l.params() for l in model.layers],
+                    [l.spec() for l in model.layers])
+loss = out[0].sum() + out[1].sum()
+loss.backward(retain_graph=True)
+try:
+    loss.backward()
+    errors['second_backward_refused'] = 1.0
+except RuntimeError as err:
+    errors['second_backward_refused'] = 0.0 if 'already' in str(err) else 2.0
+'''
+
+
+def test_fused_stack_in_interpreter():
+    errors = run_in_interpreter(SCRIPT)
+    for key in ('bidir', 'bias', 'causal'):
+        assert {f'{key}.h', f'{key}.dtokens', f'{key}.bits', f'{key}.no_grad_bits',
+                f'{key}.d0.mixer.in_proj.weight', f'{key}.d2.norm.weight'} <= set(errors)
+    assert {'bias.d1.mixer.in_proj.bias', 'bias.d1.mixer.out_proj.bias',
+            'causal.d2.mixer.A_log'} <= set(errors)
+    bits = {k: v for k, v in errors.items() if k.endswith('bits') and v != 0.0}
+    assert not bits, bits
+    assert errors['half.dtype'] == 0.0 and errors['second_backward_refused'] == 0.0
+    bad = {k: v for k, v in errors.items()
+           if not k.endswith(('bits', 'dtype', 'refused')) and not v < TOL}
+    assert not bad, bad
+
+
+def _cuda_triton():
+    from mmdinomamba.ops import triton_available
+    return torch.cuda.is_available() and triton_available()
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.parametrize('amp', [None, torch.bfloat16])
+def test_fused_stack_equals_the_block_modules_on_the_gpu(amp):
+    """DinoVim with one call for its blocks (the default) against the block modules
+    called one at a time: two training steps with stochastic depth, the same losses
+    and gradients (the same kernels in the same order; the scan's backward sums
+    with atomics, so not always to the bit), and a no-grad forward to the bit."""
+    torch.manual_seed(0)
+    fused = DinoVim(arch=dict(embed_dims=64, num_layers=4), img_size=32, patch_size=8,
+                    drop_path_rate=0.3, mixer_cfg=dict(d_state=16, headdim=32)).cuda()
+    loop = copy.deepcopy(fused)
+    loop.fused_blocks = False
+    x = torch.randn(8, 3, 32, 32, device='cuda')
+    for step in range(2):
+        results = []
+        for model in (fused, loop):
+            model.train().zero_grad(set_to_none=True)
+            torch.manual_seed(10 + step)
+            with torch.autocast('cuda', dtype=amp or torch.float32, enabled=amp is not None):
+                loss = model(x)[0].float().square().mean()
+            loss.backward()
+            results.append((loss.detach(), [p.grad for p in model.parameters()]))
+        (loss_f, grads_f), (loss_l, grads_l) = results
+        torch.testing.assert_close(loss_f, loss_l, rtol=1e-5, atol=0)
+        for g, e in zip(grads_f, grads_l):
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
+    with torch.no_grad():
+        for model in (fused, loop):
+            model.eval()
+        assert torch.equal(fused(x)[0], loop(x)[0])
