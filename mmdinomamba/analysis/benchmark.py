@@ -533,7 +533,8 @@ def dino_views(cfg, batch: int, device: torch.device) -> dict:
 
 def build_dino_step(config: str, device: torch.device, batch: Optional[int] = None,
                     cfg_options: Optional[dict] = None,
-                    compile_mode: Optional[str] = None, graph_blocks: bool = False):
+                    compile_mode: Optional[str] = None,
+                    graph_blocks: Optional[bool] = None):
     """The training step of a DINO config, as ``tools/train.py`` runs it.
 
     The model, its data preprocessor and the optimizer wrapper (the config's own:
@@ -552,9 +553,11 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
         compile_mode (str, optional): compile the student's and the teacher's
             backbones with this ``torch.compile`` mode, as
             :class:`~mmdinomamba.engine.hooks.CompileModulesHook` does.
-        graph_blocks (bool): replay the backbones' blocks from CUDA graphs, as
-            :class:`~mmdinomamba.engine.hooks.CUDAGraphBlocksHook` does (also when
-            the config's ``custom_hooks`` hold that hook, as in ``tools/train.py``).
+        graph_blocks (bool, optional): replay the backbones' blocks from CUDA
+            graphs, as :class:`~mmdinomamba.engine.hooks.CUDAGraphBlocksHook` does;
+            False runs them eagerly; None (default) does what the config says (the
+            graphs when its ``custom_hooks`` hold that hook, as in
+            ``tools/train.py``).
 
     Returns:
         tuple: (step function, the model, images per view).
@@ -579,8 +582,9 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
     model = MODELS.build(model_cfg)
     model.init_weights()
     model.to(device).train()
-    if graph_blocks or any(h.get('type') == 'CUDAGraphBlocksHook'
-                           for h in cfg.get('custom_hooks', [])):
+    hooked = any(h.get('type') == 'CUDAGraphBlocksHook'
+                 for h in cfg.get('custom_hooks', []))
+    if graph_blocks or (graph_blocks is None and hooked):
         use_cuda_graphs(model)
     if compile_mode:
         compile_submodules(model, ['backbone', 'teacher.backbone'], mode=compile_mode,
@@ -602,7 +606,7 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
                       iters: int, host_batch: int = 2,
                       cfg_options: Optional[dict] = None,
                       compile_mode: Optional[str] = None,
-                      graph_blocks: bool = False) -> Dict[str, object]:
+                      graph_blocks: Optional[bool] = None) -> Dict[str, object]:
     """Seconds per iteration, images/s, peak memory, launches and host time of one
     config's DINO step.
 
@@ -651,11 +655,12 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
                    repeats: int, iters: int, baseline: Optional[str] = None,
                    host_batch: int = 2, compile_mode: Optional[str] = None,
                    compile_baseline: bool = False,
-                   graph_blocks: bool = False, rounds: int = 1) -> List[dict]:
+                   graph_blocks: Optional[bool] = None, rounds: int = 1) -> List[dict]:
     """:func:`measure_dino_step` for each named config; ``<figure>_vs_baseline``
     ratios (throughput) against the ``baseline`` name. ``compile_mode`` applies to
     every config but the baseline's, unless ``compile_baseline``; ``graph_blocks``
-    to every config (the baseline's ViT has no graphed blocks). ``rounds``: as in
+    to every config (True: graphs, False: eager, None: as each config says; the
+    baseline's ViT has no graphed blocks). ``rounds``: as in
     :func:`run_models`, the configs take turns and each keeps its best round."""
     if rounds < 1:
         raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')

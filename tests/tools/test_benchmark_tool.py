@@ -137,7 +137,7 @@ def test_dino_step_compiles_both_backbones_when_asked():
                          graph=True, compile_mode='reduce-overhead')
 
 
-def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says():
+def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(tool):
     """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
     graphed blocks (they run eagerly here, on the CPU); the row says so."""
     _, plain, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
@@ -154,6 +154,14 @@ def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says():
     assert rows[0]['graph_blocks'] and 'graph-blocks' in bench.format_dino_row(rows[0])
     assert hooked_model.backbone.uses_cuda_graphs
     assert torch.isfinite(hooked()['loss'])
+    # graph_blocks=False (--eager-blocks): eager although the config holds the hook
+    _, eager, _ = bench.build_dino_step(
+        TOY_DINO, torch.device('cpu'), batch=2, graph_blocks=False,
+        cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
+    assert not eager.backbone.uses_cuda_graphs
+    args = tool.parse_args(['dino-step', '--eager-blocks'])
+    assert args.graph_blocks is False
+    assert tool.parse_args(['dino-step']).graph_blocks is None
 
 
 def test_dino_step_reports_a_config_that_does_not_build():

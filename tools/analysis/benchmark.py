@@ -79,9 +79,14 @@ def parse_args(argv=None):
                    '--compile-baseline)')
     d.add_argument('--compile-baseline', action='store_true',
                    help='compile the baseline too')
-    d.add_argument('--graph-blocks', action='store_true',
-                   help="replay the backbones' blocks from CUDA graphs, as "
-                   'CUDAGraphBlocksHook does (configs holding that hook always do)')
+    blocks = d.add_mutually_exclusive_group()
+    blocks.add_argument('--graph-blocks', action='store_const', const=True,
+                        dest='graph_blocks', help="replay the backbones' blocks from "
+                        'CUDA graphs, as CUDAGraphBlocksHook does (default: as each '
+                        'config says; the shipped DinoVim configs hold that hook)')
+    blocks.add_argument('--eager-blocks', action='store_const', const=False,
+                        dest='graph_blocks', help='run the blocks eagerly, also where '
+                        'the config holds CUDAGraphBlocksHook')
     k = sub.add_parser('kernel', help='the SSD op alone')
     k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
                    default=['chunked', 'triton', 'mamba_ssm'])

@@ -113,6 +113,7 @@ def _picker(indices: List[int]) -> Callable[[list], tuple]:
 
 _DTYPE = attrgetter('dtype')
 _DATA_PTR = Tensor.data_ptr
+_MOD16 = (16).__rmod__  # p -> p % 16, in C
 
 
 class Launcher:
@@ -146,8 +147,8 @@ class Launcher:
 
     def key(self, device: int, values: list, kwargs: dict) -> tuple:
         """The compiled kernel's key: the arguments' types, the arguments
-        themselves (constexprs by value; tensors by their dtype and 16-byte
-        alignment; floats by type alone, as Triton specialises them, so the cache
+        themselves (constexprs by value; tensors by their dtype and address modulo
+        16, which tells 16-byte aligned ones apart; floats by type alone, as Triton specialises them, so the cache
         stays bounded) and the launch options. Finer than Triton's specialisation
         (:func:`_arg_key`: integers by ``== 1``, divisibility by 16 and range), so
         calls with one key compile alike; a new integer (a new shape) costs one trip
@@ -160,8 +161,7 @@ class Launcher:
         pickers = self._pickers.get(types) or self._pick(types)
         tensors = pickers[1](values)
         return (device, types, *pickers[0](values), *map(_DTYPE, tensors),
-                *[p % 16 == 0 for p in map(_DATA_PTR, tensors)],
-                *map(kwargs.get, _LAUNCH_OPTIONS))
+                *map(_MOD16, map(_DATA_PTR, tensors)), *map(kwargs.get, _LAUNCH_OPTIONS))
 
     def launch(self, grid, *args, **kwargs):
         if _launch_hooks_set():

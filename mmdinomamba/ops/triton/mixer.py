@@ -79,7 +79,7 @@ class _Stacked:
         d_conv = params[0].shape[-1]
         sizes = ([ndir * conv_dim * d_conv] + [ndir * conv_dim] * has_conv_b
                  + [ndir * nheads] * 3 + [ndir * spec.d_inner])
-        parts = list(flat.split(sizes))
+        parts = list(flat.split_with_sizes(sizes))  # Tensor.split wraps it in Python
         self.conv_w = parts.pop(0).view(ndir, conv_dim, d_conv)
         self.conv_b = parts.pop(0).view(ndir, conv_dim) if has_conv_b else None
         self.dt_bias, self.A_log, self.D, norm_w = parts
@@ -189,7 +189,7 @@ def _unstack(stacked: List[Optional[Tensor]], params: List[Tensor]) -> List[Tens
     if dconv_b is not None:
         grads += dconv_b.unbind(0)
     for g in per_head:  # (ndir * nheads,): one split, no view
-        grads += g.split(g.shape[0] // ndir)
+        grads += g.split_with_sizes((g.shape[0] // ndir, ) * ndir)
     grads += dnorm_w.unbind(0)
     return [cast(g, q.dtype) for g, q in zip(grads, params)]
 
