@@ -17,14 +17,19 @@ process, so that ratios compare like with like:
   config through the registry (student on every crop, teacher on the global
   ones, the DINO head and loss, per-parameter clipping, AdamW, the teacher EMA),
   as ``Runner.train_step`` runs it, eager;
+* :func:`run_host`: the host's work for an eager DinoVim training step through the
+  fused CUDA path, timed and counted on a CPU with the kernels skipped (no GPU
+  host's drift; :func:`fused_path_without_kernels`);
 * :func:`run_kernel`: the SSD op (:func:`mmdinomamba.ops.ssd`) on its own;
 * :func:`profile_model`: where one step of one model spends its time.
 
 Every timing is the median over ``repeats`` timed runs of ``iters`` steps each,
 after ``warmup`` untimed steps, with the device synchronised around each run.
 """
+import contextlib
 import datetime
 import gc
+import importlib
 import os.path as osp
 import platform
 import statistics
@@ -508,6 +513,157 @@ def format_table(rows: List[dict], baseline: Optional[str]) -> str:
             f"{'launches':>8} "
             f"{'pyCalls':>8} {'torchOps':>8}  ssd")
     return '\n'.join([head, '-' * len(head)] + [format_row(r) for r in rows])
+
+
+# --------------------------------------------------------------------------- #
+# Host mode: the fused path's host work, counted and timed on a CPU
+# --------------------------------------------------------------------------- #
+@contextlib.contextmanager
+def fused_path_without_kernels():
+    """Run the fused CUDA path's host side on CPU tensors, without its kernels.
+
+    Inside, the dispatchers take the fused path for CPU tensors as they do for CUDA
+    ones (:func:`mmdinomamba.ops.use_triton`, :func:`mmdinomamba.ops.uses_fused_core`)
+    and every Triton launch goes through the launcher's own work (its arguments and
+    key, as on CUDA) up to the launch itself, which is skipped and counted
+    (``launches[0]``). The torch operators around the kernels (allocations, views,
+    matrix products, reductions) run for real. The numbers computed are garbage (no
+    kernel writes its outputs), so the NaN checks are off; what is measured is the
+    host's work per step, which on a GPU box is what an eager step waits on, without
+    that host's drift (docs/benchmark.md). A measurement tool only.
+
+    Yields:
+        list: ``[launches]``, the count of skipped launches so far.
+    """
+    # the modules (ops/__init__ exports functions named like some of them)
+    fused, mixer, ssd, blocks_mod, launch_mod = map(importlib.import_module, (
+        'mmdinomamba.ops.fused', 'mmdinomamba.ops.mixer', 'mmdinomamba.ops.ssd',
+        'mmdinomamba.ops.blocks', 'mmdinomamba.ops.triton.launch'))
+
+    launches = [0]
+
+    class _Skipped:  # what the launcher keeps as a compiled kernel
+        function = packed_metadata = None
+
+        def run(self, *args):
+            launches[0] += 1
+
+    skipped = _Skipped()
+
+    def launch(self, grid, *args, **kwargs):  # Launcher.launch less the driver call
+        values = [*args, *map(kwargs.__getitem__, self.names[len(args):])]
+        key = self.key(0, values, kwargs)
+        kernel = self.compiled.setdefault(key, skipped)
+        grid = tuple(grid) + (1, 1)
+        kernel.run(grid[0], grid[1], grid[2], 0, kernel.function, kernel.packed_metadata,
+                   None, None, None, *values)
+        return kernel
+
+    def fused_core(zxbcdt, spec):
+        return spec.ssd_backend in ('auto', 'triton') and spec.d_conv == 4
+
+    patches = [(fused, 'use_triton', lambda t: True), (blocks_mod, 'use_triton',
+                                                       lambda t: True),
+               (mixer, 'uses_fused_core', fused_core),
+               (blocks_mod, 'uses_fused_core', fused_core),
+               (ssd, '_check_finite', lambda t: False),
+               (launch_mod.Launcher, 'launch', launch),
+               (launch_mod, '_launch_hooks_set', lambda: False),
+               (launch_mod, '_FAST_LAUNCH', True)]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        yield launches
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+        launch_mod._LAUNCHERS.clear()  # their compiled dicts hold the skipped kernel
+
+
+def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64,
+                 warmup: int = 3, repeats: int = 7, iters: int = 5) -> Dict[str, object]:
+    """The host's work for one eager training step (forward, backward) of a DinoVim
+    through the fused path, on the CPU (:func:`fused_path_without_kernels`).
+
+    The backbone has the spec's depth and layout at ``width`` channels, on
+    ``batch`` images of ``img_size`` pixels (18 tokens at 64 px), so the torch
+    operators' arithmetic is negligible and the step is the host's work: the same
+    operators, launches and Python as at any size (they depend on the depth and the
+    layout, not on the width).
+
+    Returns:
+        dict: ``host_ms`` (median over ``repeats`` runs of ``iters`` steps) and its
+        runs ``host_ms_all``, and per step ``launches`` (skipped Triton launches),
+        ``ops`` (:func:`operators_per_call`) and ``pycalls``.
+    """
+    cfg = dict(spec)
+    if cfg.pop('type') != 'DinoVim':
+        raise ValueError('benchmark host: measures the fused path of DinoVim models, '
+                         f"got {spec['type']!r}")
+    arch = cfg.pop('arch', 'base')
+    depth = (DinoVim.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)[
+        'num_layers']
+    cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
+    torch.manual_seed(0)
+    model = DinoVim(arch=dict(embed_dims=width, num_layers=depth), img_size=img_size,
+                    **cfg).train()
+    x = torch.randn(batch, 3, img_size, img_size)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        _first(model(x)).float().square().mean().backward()
+
+    with fused_path_without_kernels() as launches:
+        for _ in range(warmup):
+            step()
+        runs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                step()
+            runs.append((time.perf_counter() - t0) * 1e3 / iters)
+        before = launches[0]
+        step()
+        res = dict(host_ms=statistics.median(runs), host_ms_all=runs,
+                   launches=launches[0] - before, ops=operators_per_call(step),
+                   pycalls=python_calls_per_call(step))
+    return res
+
+
+def run_host(specs: Dict[str, dict], baseline: Optional[str] = None, rounds: int = 1,
+             **kwargs) -> List[dict]:
+    """:func:`measure_host` for each named spec, the specs taking turns for
+    ``rounds`` rounds, each keeping its lowest median; ``host_vs_baseline`` is the
+    baseline's host time over the row's (above 1: less host work)."""
+    if rounds < 1:
+        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
+    rows = {name: dict(model=name) for name in specs}
+    for _ in range(rounds):
+        for name, spec in specs.items():
+            res = measure_host(spec, **kwargs)
+            row = rows[name]
+            row.setdefault('host_ms_rounds', []).append(res['host_ms'])
+            if res['host_ms'] <= row.get('host_ms', float('inf')):
+                row.update(res)
+    rows = list(rows.values())
+    base = next((r for r in rows if r['model'] == baseline), None)
+    for r in rows:
+        if base is not None:
+            r['host_vs_baseline'] = base['host_ms'] / r['host_ms']
+    return rows
+
+
+def format_host_table(rows: List[dict], baseline: Optional[str]) -> str:
+    ratio = f"x{baseline or '-'}"
+    head = (f"{'model':<16} {'hostMs':>8} {ratio:>14} {'launches':>8} {'torchOps':>8} "
+            f"{'pyCalls':>8}")
+    lines = [head, '-' * len(head)]
+    for r in rows:
+        lines.append(f"{r['model']:<16} {r['host_ms']:8.2f} "
+                     f"{_fmt(r.get('host_vs_baseline'), '14.2f')} {r['launches']:8d} "
+                     f"{r['ops']:8d} {r['pycalls']:8d}")
+    return '\n'.join(lines)
 
 
 # --------------------------------------------------------------------------- #

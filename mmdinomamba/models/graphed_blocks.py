@@ -124,7 +124,8 @@ class GraphedBlocks:
         key = self._key(tokens, training)
         grad = key[5]
         if grad and self._pending.get(key):
-            return _Stack(self.layers, training, self.run)(tokens)  # see the module docstring
+            # see the module docstring
+            return _Stack(self.layers, training, self.run)(tokens)
         graphed = self._graphs.get(key)
         if graphed is None:
             if len(self._graphs) >= self.max_signatures:

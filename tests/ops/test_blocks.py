@@ -188,6 +188,23 @@ g_want = torch.autograd.grad(want, weights, (dh, dres))
 errors['half.bits'] = max((a.float() - b.float()).abs().max().item()
                           for a, b in zip((*got, *g), (*want, *g_want)))
 
+# a frozen stack (no parameter and no input needing a gradient, grad mode on, as a
+# linear probe's backbone) records no node and keeps nothing for a backward
+import mmdinomamba.ops.triton.blocks as tb
+with torch.no_grad():
+    want = blocks_triton(tokens, [l.params() for l in model.layers],
+                         [l.spec() for l in model.layers])
+apply, tb._Blocks.apply = tb._Blocks.apply, None  # calling it would raise
+for p in model.layers.parameters():
+    p.requires_grad_(False)
+got = blocks_triton(tokens.detach(), [l.params() for l in model.layers],
+                    [l.spec() for l in model.layers])
+tb._Blocks.apply = apply
+for p in model.layers.parameters():
+    p.requires_grad_(True)
+errors['frozen_bits'] = max((a - b).abs().max().item() for a, b in zip(got, want))
+errors['frozen.requires_grad'] = float(got[0].requires_grad)
+
 # a second backward through one forward is refused with a clear error
 out = blocks_triton(tokens, [l.params() for l in model.layers],
                     [l.spec() for l in model.layers])
@@ -211,8 +228,9 @@ def test_fused_stack_in_interpreter():
     bits = {k: v for k, v in errors.items() if k.endswith('bits') and v != 0.0}
     assert not bits, bits
     assert errors['half.dtype'] == 0.0 and errors['second_backward_refused'] == 0.0
-    bad = {k: v for k, v in errors.items()
-           if not k.endswith(('bits', 'dtype', 'refused')) and not v < TOL}
+    assert errors['frozen.requires_grad'] == 0.0 and 'frozen_bits' in errors
+    flags = ('bits', 'dtype', 'refused', 'requires_grad')
+    bad = {k: v for k, v in errors.items() if not k.endswith(flags) and not v < TOL}
     assert not bad, bad
 
 
@@ -239,7 +257,8 @@ def test_fused_stack_equals_the_block_modules_on_the_gpu(amp):
         for model in (fused, loop):
             model.train().zero_grad(set_to_none=True)
             torch.manual_seed(10 + step)
-            with torch.autocast('cuda', dtype=amp or torch.float32, enabled=amp is not None):
+            with torch.autocast('cuda', dtype=amp or torch.float32,
+                                enabled=amp is not None):
                 loss = model(x)[0].float().square().mean()
             loss.backward()
             results.append((loss.detach(), [p.grad for p in model.parameters()]))

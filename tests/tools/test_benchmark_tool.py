@@ -299,3 +299,28 @@ def test_dino_step_rounds_take_turns_and_keep_the_best(monkeypatch):
     assert base['s_iter_rounds'] == pytest.approx([0.1, 0.3])
     assert a['host_ms'] == pytest.approx(10.0 / 4)  # the lowest, from the last round
     assert a['img_s_vs_baseline'] == pytest.approx((40.0 / 2) / 40.0)
+
+
+def test_host_mode_counts_the_fused_path_on_the_cpu(tool):
+    """The host mode runs DinoVim's fused path on CPU tensors with the kernels
+    skipped: the one-call stack and the module loop launch the same kernels (10 a
+    block: 4 forward, 6 backward, a scan backward of one chunk), the stack issues
+    fewer torch operators, and every patched name is restored afterwards."""
+    import mmdinomamba.ops.fused as fused
+    from mmdinomamba.ops.triton import launch
+    before = (fused.use_triton, launch.Launcher.launch)
+    specs = {'stack': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=3)),
+             'loop': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=3),
+                          fused_blocks=False)}
+    rows = bench.run_host(specs, baseline='loop', rounds=2, width=32, warmup=1,
+                          repeats=2, iters=1)
+    stack, loop = rows
+    assert stack['launches'] == loop['launches'] == 3 * 10
+    assert stack['ops'] < loop['ops'] and stack['host_ms'] > 0
+    assert len(stack['host_ms_rounds']) == 2 and loop['host_vs_baseline'] == 1.0
+    assert (fused.use_triton, launch.Launcher.launch) == before
+    assert 'stack' in bench.format_host_table(rows, 'loop')
+    with pytest.raises(ValueError, match='DinoVim'):
+        bench.measure_host(dict(type='LinearViT', arch='base'))
+    args = tool.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
+    assert args.models == ['dinovim-t'] and args.baseline == 'dinovim-b-loop'

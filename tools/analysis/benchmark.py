@@ -10,6 +10,7 @@ Examples::
     python tools/analysis/benchmark.py dino-step            # the shipped DINO configs
     python tools/analysis/benchmark.py models --sizes 224 1024 --batch-sizes 128 4 \\
         --out work_dirs/benchmark.json
+    python tools/analysis/benchmark.py host     # the fused path's host work, on a CPU
     python tools/analysis/benchmark.py kernel --batch 128 --seqlen 198
     python tools/analysis/benchmark.py profile --model dinovim-b --step train
 """
@@ -20,9 +21,10 @@ import torch
 
 from mmdinomamba.analysis.benchmark import (AMP_DTYPES, BASELINE, DINO_BASELINE,
                                             DINO_CONFIGS, MODELS, environment,
-                                            format_dino_table, format_profile,
-                                            format_table, profile_model, run_dino_steps,
-                                            run_kernel, run_models)
+                                            format_dino_table, format_host_table,
+                                            format_profile, format_table, profile_model,
+                                            run_dino_steps, run_host, run_kernel,
+                                            run_models)
 from mmdinomamba.engine.checkpoint import dump_atomic
 from mmdinomamba.ops import BACKENDS
 
@@ -87,6 +89,18 @@ def parse_args(argv=None):
     blocks.add_argument('--eager-blocks', action='store_const', const=False,
                         dest='graph_blocks', help='run the blocks eagerly, also where '
                         'the config holds CUDAGraphBlocksHook')
+    h = sub.add_parser('host', help="the fused path's host work per eager training step, "
+                       'on the CPU with the kernels skipped')
+    h.add_argument('--models', nargs='+',
+                   choices=sorted(n for n, m in MODELS.items() if m['type'] == 'DinoVim'),
+                   default=['dinovim-b', 'dinovim-b-loop'])
+    h.add_argument('--baseline', default='dinovim-b-loop',
+                   help="the row the others' ratios refer to (one of --models)")
+    h.add_argument('--width', type=int, default=64,
+                   help='channels (the depth and layout are the model\'s own)')
+    h.add_argument('--batch', type=int, default=2)
+    h.add_argument('--rounds', type=int, default=3,
+                   help='the models take turns; each keeps its lowest median')
     k = sub.add_parser('kernel', help='the SSD op alone')
     k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
                    default=['chunked', 'triton', 'mamba_ssm'])
@@ -152,6 +166,15 @@ def main(argv=None) -> dict:
         if args.rounds > 1:
             print(f'best of {args.rounds} rounds per config:')
         print(format_dino_table(rows, baseline))
+    elif args.mode == 'host':
+        result['settings'].update(models=args.models, width=args.width, batch=args.batch,
+                                  rounds=args.rounds)
+        specs = {name: MODELS[name] for name in args.models}
+        baseline = args.baseline if args.baseline in specs else None
+        rows = run_host(specs, baseline, args.rounds, width=args.width, batch=args.batch,
+                        warmup=args.warmup, repeats=args.repeats, iters=args.iters)
+        result['rows'] = rows
+        print(format_host_table(rows, baseline))
     elif args.mode == 'profile':
         result['settings'].update(model=args.model, size=args.size, batch=args.batch,
                                   step=args.step, host=args.host)

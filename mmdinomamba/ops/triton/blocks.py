@@ -165,6 +165,7 @@ def blocks_triton(tokens: Tensor, params: Sequence[BlockParams],
     """
     flat, layout = _flatten(params)
     specs = tuple(specs)
-    if not torch.is_grad_enabled():
+    if not torch.is_grad_enabled() or not (tokens.requires_grad or any(
+            p.requires_grad for p in flat)):  # no graph to record (a frozen stack)
         return _forward(tokens, scales, flat, layout, specs, None)
     return _Blocks.apply(specs, layout, tokens, scales, *flat)

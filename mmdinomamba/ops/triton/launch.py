@@ -148,8 +148,9 @@ class Launcher:
     def key(self, device: int, values: list, kwargs: dict) -> tuple:
         """The compiled kernel's key: the arguments' types, the arguments
         themselves (constexprs by value; tensors by their dtype and address modulo
-        16, which tells 16-byte aligned ones apart; floats by type alone, as Triton specialises them, so the cache
-        stays bounded) and the launch options. Finer than Triton's specialisation
+        16, which tells 16-byte aligned ones apart; floats by type alone, as
+        Triton specialises them, so the cache stays bounded) and the launch
+        options. Finer than Triton's specialisation
         (:func:`_arg_key`: integers by ``== 1``, divisibility by 16 and range), so
         calls with one key compile alike; a new integer (a new shape) costs one trip
         through Triton's path, which finds the compiled kernel.

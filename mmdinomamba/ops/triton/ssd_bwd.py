@@ -123,9 +123,10 @@ def _ssd_bwd_chunk_kernel(
     (pass 1): dx, and per slot dB, dC, d(raw dt); per chunk the partial sums of dA,
     d(dt_bias) and, with D_PER_SLOT, dD, each a (slots, images, chunks) block of
     ``sums`` (so one reduction sums them all); a per-channel dD's partial sums go to
-    ``dD`` (slots, images, chunks, headdim). Chunk c holds the tokens from ``c * chunk_len`` (pass 1's chunk
-    length); this launch's chunks start at ``c0``, and CHUNK (the tile) may be
-    shorter than chunk_len when the chunks hold fewer tokens (the sequence's tail).
+    ``dD`` (slots, images, chunks, headdim). Chunk c holds the tokens from
+    ``c * chunk_len`` (pass 1's chunk length); this launch's chunks start at
+    ``c0``, and CHUNK (the tile) may be shorter than chunk_len when the chunks hold
+    fewer tokens (the sequence's tail).
     """
     slot = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
