@@ -15,7 +15,7 @@ the fused kernels of each block and makes the whole stack one autograd node (the
 least host work per eager step). Same arguments, same function; :func:`blocks`
 picks one.
 """
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -47,9 +47,20 @@ class BlockSpec(NamedTuple):
     mixer: MixerSpec
 
 
+def block_indices(indices: Optional[Sequence[int]], nblocks: int) -> Tuple[int, ...]:
+    """``indices`` checked, sorted and without repeats; None is the last block."""
+    if indices is None:
+        return (nblocks - 1, )
+    out = tuple(sorted(set(indices)))
+    if not out or out[0] < 0 or out[-1] >= nblocks:
+        raise ValueError(f'blocks: indices must be block numbers in [0, {nblocks}), '
+                         f'got {list(indices)}')
+    return out
+
+
 def blocks_loop(tokens: Tensor, params: Sequence[BlockParams],
-                specs: Sequence[BlockSpec], scales: Optional[Tensor] = None
-                ) -> Tuple[Tensor, Tensor]:
+                specs: Sequence[BlockSpec], scales: Optional[Tensor] = None,
+                indices: Optional[Sequence[int]] = None) -> List[Tuple[Tensor, Tensor]]:
     """The blocks one after the other, each step dispatched on its own (on a CPU:
     the PyTorch ops, the twin of the fused stack).
 
@@ -60,17 +71,25 @@ def blocks_loop(tokens: Tensor, params: Sequence[BlockParams],
         scales (Tensor, optional): (nblocks, batch) float32 stochastic-depth factors;
             row ``i`` multiplies block ``i - 1``'s output as block ``i`` adds it (row
             0 is not read). None: no drop path.
+        indices (Sequence[int], optional): the blocks whose outputs to return (the
+            blocks after the last of them do not run). None: the last block.
 
     Returns:
-        tuple: the last block's mixer output ``h`` (batch, seqlen, dim) and the
-        residual stream it was computed from (float32, float64 for float64 tokens).
+        list: per index, ascending, the block's mixer output ``h`` (batch, seqlen,
+        dim) and the residual stream it was computed from (float32, float64 for
+        float64 tokens).
     """
+    wanted = block_indices(indices, len(params))
+    outs = []
     h, residual = tokens, None
-    for i, (p, spec) in enumerate(zip(params, specs)):
+    for i in range(wanted[-1] + 1):
+        p, spec = params[i], specs[i]
         scale = scales[i] if scales is not None and residual is not None else None
         residual, normed = add_rms_norm(h, residual, p.norm_w, spec.norm_eps, scale)
         h = mixer_core(F.linear(normed, p.in_w, p.in_b), p.core, spec.mixer)
-    return h, residual
+        if i in wanted:
+            outs.append((h, residual))
+    return outs
 
 
 def uses_fused_blocks(tokens: Tensor, specs: Sequence[BlockSpec]) -> bool:
@@ -81,10 +100,11 @@ def uses_fused_blocks(tokens: Tensor, specs: Sequence[BlockSpec]) -> bool:
 
 
 def blocks(tokens: Tensor, params: Sequence[BlockParams], specs: Sequence[BlockSpec],
-           scales: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+           scales: Optional[Tensor] = None,
+           indices: Optional[Sequence[int]] = None) -> List[Tuple[Tensor, Tensor]]:
     """The blocks: fused where :func:`uses_fused_blocks` says so, else
     :func:`blocks_loop`. Same arguments and result as :func:`blocks_loop`."""
     if uses_fused_blocks(tokens, specs):
         from .triton import blocks_triton
-        return blocks_triton(tokens, params, specs, scales)
-    return blocks_loop(tokens, params, specs, scales)
+        return blocks_triton(tokens, params, specs, scales, indices)
+    return blocks_loop(tokens, params, specs, scales, indices)

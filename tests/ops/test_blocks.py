@@ -38,7 +38,7 @@ def test_ref_is_the_blocks_one_after_the_other():
     tokens = torch.randn(4, 18, 32, requires_grad=True)
     scales = torch.tensor([[1., 1., 1., 1.], [0., 2., 2., 0.], [2., 0., 2., 2.]])
     params, specs = _stack_args(model)
-    h, residual = blocks_loop(tokens, params, specs, scales)
+    [(h, residual)] = blocks_loop(tokens, params, specs, scales)
     want_h, want_res = tokens, None
     for i, layer in enumerate(model.layers):
         want_h, want_res = layer(want_h, want_res, scales[i])
@@ -49,8 +49,19 @@ def test_ref_is_the_blocks_one_after_the_other():
     for a, b in zip(g, g_want):
         assert torch.equal(a, b)
     assert not uses_fused_blocks(tokens, specs)  # a CPU tensor: blocks() runs the twin
-    assert all(torch.equal(a, b) for a, b in zip(blocks(tokens, params, specs, scales),
-                                                  (h, residual)))
+    [got] = blocks(tokens, params, specs, scales)
+    assert all(torch.equal(a, b) for a, b in zip(got, (h, residual)))
+    # indices: the outputs of those blocks, none run after the last of them
+    pairs = blocks_loop(tokens, params, specs, scales, indices=[1, 0, 1])
+    want_h, want_res, want = tokens, None, []
+    for i, layer in enumerate(model.layers[:2]):
+        want_h, want_res = layer(want_h, want_res, scales[i])
+        want.append((want_h, want_res))
+    assert len(pairs) == 2 and all(torch.equal(a, b) for pair, w in zip(pairs, want)
+                                   for a, b in zip(pair, w))
+    for bad in ([], [3], [-1]):
+        with pytest.raises(ValueError, match='indices must be block numbers'):
+            blocks_loop(tokens, params, specs, scales, indices=bad)
 
 
 def test_dinovim_draws_one_factor_per_block_and_sample():
@@ -69,8 +80,8 @@ def test_dinovim_draws_one_factor_per_block_and_sample():
         assert torch.isclose(row[:, None], allowed).any(1).all(), (row, p)
     assert (scales[2] == 0).any() and (scales[2] > 0).any()
     torch.manual_seed(3)
-    got = model._run_blocks(tokens)
-    want = blocks_loop(tokens, *_stack_args(model), scales)
+    [got] = model._run_blocks(tokens)
+    [want] = blocks_loop(tokens, *_stack_args(model), scales)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert model.eval()._drop_scales(tokens) is None
     assert tiny(drop_path_rate=0.0).train()._drop_scales(tokens) is None
@@ -114,16 +125,18 @@ from mmdinomamba.models.backbones import DinoVim
 from mmdinomamba.ops import blocks_loop
 from mmdinomamba.ops.triton import add_rms_norm_triton, blocks_triton, mixer_core_triton
 
-def per_block_fused(tokens, model, scales):
-    """The path blocks_triton replaces: three autograd nodes per block."""
-    h, residual = tokens, None
+def per_block_fused(tokens, model, scales, indices=None):
+    """The path blocks_triton replaces: three autograd nodes per block; the last
+    block's (h, residual), or with indices a list of those blocks' pairs."""
+    h, residual, outs = tokens, None, []
     for i, layer in enumerate(model.layers):
         scale = scales[i] if scales is not None and residual is not None else None
         residual, normed = add_rms_norm_triton(h, residual, layer.norm.weight,
                                                layer.norm.eps, normed_dtype, scale)
         m = layer.mixer
         h = mixer_core_triton(m.in_proj(normed), m.core_params(), m.spec)
-    return h, residual
+        outs.append((h, residual))
+    return (h, residual) if indices is None else [outs[i] for i in indices]
 
 cases = {
     'bidir': dict(),
@@ -145,12 +158,12 @@ for key, kw in cases.items():
     weights = [tokens, *model.layers.parameters()]
     dh, dres = torch.randn(3, 21, 32), torch.randn(3, 21, 32)
     normed_dtype = torch.float32
-    got = blocks_triton(tokens, params, specs, scales)
+    [got] = blocks_triton(tokens, params, specs, scales)
     g = torch.autograd.grad(got, weights, (dh, dres))
     # the twin in float64
     model64 = model.double()
-    ref = blocks_loop(tokens.double(), [l.params() for l in model64.layers], specs,
-                     scales.double())
+    [ref] = blocks_loop(tokens.double(), [l.params() for l in model64.layers], specs,
+                        scales.double())
     g_ref = torch.autograd.grad(ref, [tokens, *model64.layers.parameters()],
                                 (dh.double(), dres.double()))
     model.float()
@@ -165,9 +178,25 @@ for key, kw in cases.items():
     errors[key + '.bits'] = max((a - b).abs().max().item()
                                 for a, b in zip((*got, *g), (*want, *g_want)))
     with torch.no_grad():  # the forward alone, no autograd node
-        nograd = blocks_triton(tokens, params, specs, scales)
+        [nograd] = blocks_triton(tokens, params, specs, scales)
     errors[key + '.no_grad_bits'] = max((a - b).abs().max().item()
                                         for a, b in zip(nograd, got))
+
+    # the outputs of blocks 0 and 1 (block 2 does not run), gradients entering
+    # through block 0's h and block 1's residual only (the others unused)
+    pairs = blocks_triton(tokens, params, specs, scales, indices=[0, 1])
+    want = per_block_fused(tokens, model, scales, indices=[0, 1])
+    loss = (pairs[0][0] * dh).sum() + (pairs[1][1] * dres).sum()
+    loss_want = (want[0][0] * dh).sum() + (want[1][1] * dres).sum()
+    g = torch.autograd.grad(loss, weights, allow_unused=True)
+    g_want = torch.autograd.grad(loss_want, weights, allow_unused=True)
+    errors[key + '.indices_bits'] = max(
+        [(a - b).abs().max().item() for pair, w in zip(pairs, want)
+         for a, b in zip(pair, w)]
+        + [(a - b).abs().max().item() for a, b in zip(g, g_want) if b is not None])
+    errors[key + '.indices_unrun'] = float(sum(  # block 2's gradients: none
+        a is not None for a, (n, _) in zip(g[1:], model.layers.named_parameters())
+        if n.startswith('2.')))
 
 # a half-precision compute dtype (autocast): the same bits as the per-block path,
 # which then keeps the normalised rows in float16 (no float32 row of the stream)
@@ -178,8 +207,8 @@ tokens = torch.randn(2, 21, 32, requires_grad=True)
 weights = [tokens, *model.layers.parameters()]
 dh, dres = torch.randn(2, 21, 32).half(), torch.randn(2, 21, 32)
 with torch.autocast('cpu', dtype=torch.float16):
-    got = blocks_triton(tokens, [l.params() for l in model.layers],
-                        [l.spec() for l in model.layers])
+    [got] = blocks_triton(tokens, [l.params() for l in model.layers],
+                          [l.spec() for l in model.layers])
     normed_dtype = torch.float16
     want = per_block_fused(tokens, model, None)
 errors['half.dtype'] = float(got[0].dtype != torch.float16)
@@ -192,13 +221,13 @@ errors['half.bits'] = max((a.float() - b.float()).abs().max().item()
 # linear probe's backbone) records no node and keeps nothing for a backward
 import mmdinomamba.ops.triton.blocks as tb
 with torch.no_grad():
-    want = blocks_triton(tokens, [l.params() for l in model.layers],
-                         [l.spec() for l in model.layers])
+    [want] = blocks_triton(tokens, [l.params() for l in model.layers],
+                           [l.spec() for l in model.layers])
 apply, tb._Blocks.apply = tb._Blocks.apply, None  # calling it would raise
 for p in model.layers.parameters():
     p.requires_grad_(False)
-got = blocks_triton(tokens.detach(), [l.params() for l in model.layers],
-                    [l.spec() for l in model.layers])
+[got] = blocks_triton(tokens.detach(), [l.params() for l in model.layers],
+                      [l.spec() for l in model.layers])
 tb._Blocks.apply = apply
 for p in model.layers.parameters():
     p.requires_grad_(True)
@@ -206,8 +235,8 @@ errors['frozen_bits'] = max((a - b).abs().max().item() for a, b in zip(got, want
 errors['frozen.requires_grad'] = float(got[0].requires_grad)
 
 # a second backward through one forward is refused with a clear error
-out = blocks_triton(tokens, [l.params() for l in model.layers],
-                    [l.spec() for l in model.layers])
+[out] = blocks_triton(tokens, [l.params() for l in model.layers],
+                      [l.spec() for l in model.layers])
 loss = out[0].sum() + out[1].sum()
 loss.backward(retain_graph=True)
 try:
@@ -222,14 +251,16 @@ def test_fused_stack_in_interpreter():
     errors = run_in_interpreter(SCRIPT)
     for key in ('bidir', 'bias', 'causal'):
         assert {f'{key}.h', f'{key}.dtokens', f'{key}.bits', f'{key}.no_grad_bits',
-                f'{key}.d0.mixer.in_proj.weight', f'{key}.d2.norm.weight'} <= set(errors)
+                f'{key}.d0.mixer.in_proj.weight', f'{key}.d2.norm.weight',
+                f'{key}.indices_bits'} <= set(errors)
+        assert errors[f'{key}.indices_unrun'] == 0.0
     assert {'bias.d1.mixer.in_proj.bias', 'bias.d1.mixer.out_proj.bias',
             'causal.d2.mixer.A_log'} <= set(errors)
     bits = {k: v for k, v in errors.items() if k.endswith('bits') and v != 0.0}
     assert not bits, bits
     assert errors['half.dtype'] == 0.0 and errors['second_backward_refused'] == 0.0
     assert errors['frozen.requires_grad'] == 0.0 and 'frozen_bits' in errors
-    flags = ('bits', 'dtype', 'refused', 'requires_grad')
+    flags = ('bits', 'dtype', 'refused', 'requires_grad', 'unrun')
     bad = {k: v for k, v in errors.items() if not k.endswith(flags) and not v < TOL}
     assert not bad, bad
 

@@ -181,7 +181,8 @@ class DinoVim(PlainBackbone):
         numbers, one launch per pass instead of a few dozen per block). Applies when
         every block runs and only the last one's output is asked for (training and
         plain inference); other calls stay eager."""
-        self._graphed = GraphedBlocks(self.layers, self._run_blocks) if enabled else None
+        self._graphed = (GraphedBlocks(self.layers, self._run_all_blocks) if enabled
+                        else None)
 
     @property
     def uses_cuda_graphs(self) -> bool:
@@ -249,27 +250,26 @@ class DinoVim(PlainBackbone):
                        feature_source: Optional[str] = None) -> List[Tensor]:
         """Run the blocks; return the (batch, seqlen, dim) output of each index.
 
-        Stops after the last requested block. When only the last block's output is
-        asked for (training, plain inference), every block runs in one call:
-        replayed from CUDA graphs after :meth:`use_cuda_graphs`, else
-        :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused kernels).
-        Hooks registered on a block, its mixer or ``in_proj`` see the calls they
-        would see eagerly: with any of them, the blocks run one module at a time.
+        Stops after the last requested block. The blocks run in one call of
+        :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
+        kernels), or, when only the last block's output is asked for, replayed from
+        CUDA graphs after :meth:`use_cuda_graphs`. Hooks registered on a block, its
+        mixer or ``in_proj`` see the calls they would see eagerly: with any of
+        them, or with ``fused_blocks=False``, the block modules run one at a time.
         """
         source = feature_source or self.feature_source
-        wanted = set(indices)
+        wanted = sorted(set(indices))
         last = self.num_layers - 1
-        if wanted == {last} and not self._hooked():
-            if self._graphed is not None and self._graphed.takes(tokens):
-                h, residual = self._graphed(tokens, self.training)
-            else:
-                h, residual = self._run_blocks(tokens)
-            out = self._block_output(h, residual, last, source)
-            return [out for _ in indices]
-        outs: Dict[int, Tensor] = {}
-        for i, (h, residual) in enumerate(self._block_loop(tokens, max(indices) + 1)):
-            if i in wanted:
-                outs[i] = self._block_output(h, residual, i, source)
+        if not self.fused_blocks or self._hooked():
+            loop = self._block_loop(tokens, wanted[-1] + 1)
+            pairs = [pair for i, pair in enumerate(loop) if i in wanted]
+        elif (wanted == [last] and self._graphed is not None
+              and self._graphed.takes(tokens)):
+            pairs = [self._graphed(tokens, self.training)]
+        else:
+            pairs = self._run_blocks(tokens, wanted)
+        outs = {i: self._block_output(h, residual, i, source)
+                for i, (h, residual) in zip(wanted, pairs)}
         return [outs[i] for i in indices]
 
     def _hooked(self) -> bool:
@@ -289,13 +289,21 @@ class DinoVim(PlainBackbone):
             h, residual = layer(h, residual, scales[i] if scales is not None else None)
             yield h, residual
 
-    def _run_blocks(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
-        """Every block: the last one's ``(h, residual)``."""
+    def _run_blocks(self, tokens: Tensor, indices: Optional[Sequence[int]] = None
+                    ) -> List[Tuple[Tensor, Tensor]]:
+        """``(h, residual)`` after each block of ``indices`` (default: the last),
+        through :func:`mmdinomamba.ops.blocks`."""
+        return blocks(tokens, [layer.params() for layer in self.layers],
+                      [layer.spec() for layer in self.layers], self._drop_scales(tokens),
+                      indices)
+
+    def _run_all_blocks(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
+        """The last block's ``(h, residual)``, the way :meth:`forward_tokens` runs
+        every block (what :class:`GraphedBlocks` captures)."""
         if not self.fused_blocks:
             *_, last = self._block_loop(tokens, self.num_layers)
             return last
-        return blocks(tokens, [layer.params() for layer in self.layers],
-                      [layer.spec() for layer in self.layers], self._drop_scales(tokens))
+        return self._run_blocks(tokens)[-1]
 
     def _drop_scales(self, tokens: Tensor) -> Optional[Tensor]:
         """The blocks' stochastic-depth factors for this batch, one draw for all:

@@ -24,7 +24,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from ..blocks import BlockParams, BlockSpec
+from ..blocks import BlockParams, BlockSpec, block_indices
 from .launch import cast
 from .mixer import _core_backward, _core_forward, _flat_params, _unstack
 from .norm import _add_norm_backward, _add_norm_forward
@@ -69,14 +69,18 @@ def _compute_dtype(weight: Tensor) -> torch.dtype:
 
 
 def _forward(tokens: Tensor, scales: Optional[Tensor], flat: Sequence[Tensor],
-             layout: list, specs: Sequence[BlockSpec], saved: Optional[list]):
-    """Run the blocks; append to ``saved`` (if given) what each block's backward
-    reads. Returns the last block's ``(h, residual)`` as (batch, seqlen, dim)."""
+             layout: Sequence[_Layout], specs: Sequence[BlockSpec],
+             indices: Tuple[int, ...], saved: Optional[list]) -> List[Tensor]:
+    """Run the blocks up to the last of ``indices``; append to ``saved`` (if given)
+    what each block's backward reads. Returns ``h`` and ``residual``, each (batch,
+    seqlen, dim), after each block of ``indices``, in one flat list."""
     batch, seqlen, dim = tokens.shape
     cdt = _compute_dtype(flat[1])
     half = cdt in (torch.float16, torch.bfloat16)
+    outs = []
     h, residual = tokens, None
-    for i, (at, spec) in enumerate(zip(layout, specs)):
+    for i in range(indices[-1] + 1):
+        at, spec = layout[i], specs[i]
         norm_w, in_w = flat[at.start], flat[at.start + 1]
         in_b = flat[at.start + 2] if at.in_b else None
         out_w, out_b = flat[at.out_w], flat[at.out_w + 1] if at.out_b else None
@@ -92,22 +96,24 @@ def _forward(tokens: Tensor, scales: Optional[Tensor], flat: Sequence[Tensor],
             saved.append((n_half if half else residual, rstd, scale, normed, w_in,
                           zxbcdt, y2, rstd2, p, w_c, h.dtype))
         h = res
-    return h, residual.view(batch, seqlen, dim)
+        if i in indices:
+            outs += [h, residual.view(batch, seqlen, dim)]
+    return outs
 
 
 class _Blocks(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, specs, layout, tokens, scales, *flat):
+    def forward(ctx, specs, layout, indices, tokens, scales, *flat):
         ctx.saved = []
-        h, residual = _forward(tokens, scales, flat, layout, specs, ctx.saved)
-        ctx.specs, ctx.layout, ctx.flat = specs, layout, flat
+        outs = _forward(tokens, scales, flat, layout, specs, indices, ctx.saved)
+        ctx.specs, ctx.layout, ctx.indices, ctx.flat = specs, layout, indices, flat
         ctx.tokens_shape = tokens.shape
-        return h, residual
+        return tuple(outs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, dh, dres):
+    def backward(ctx, *douts):
         saved = ctx.saved
         if saved is None:
             raise RuntimeError('blocks_triton: the fused blocks were already '
@@ -115,15 +121,19 @@ class _Blocks(torch.autograd.Function):
         ctx.saved = None
         flat, layout, specs = ctx.flat, ctx.layout, ctx.specs
         batch, seqlen, dim = ctx.tokens_shape
+        # the gradients of each returned block's h and residual (None: unused)
+        incoming = dict(zip(ctx.indices, zip(douts[0::2], douts[1::2])))
         grads: List[Optional[Tensor]] = [None] * len(flat)
-        if dh is None:  # only the residual is used
-            dh = torch.zeros(batch, seqlen, dim, device=dres.device,
-                             dtype=saved[-1][4].dtype)
-        dres = dres.reshape(-1, dim) if dres is not None else None
-        for i in range(len(layout) - 1, -1, -1):
+        dh = dres = None  # of the current block's h and residual
+        for i in range(len(saved) - 1, -1, -1):
             at, spec = layout[i], specs[i]
             (n_saved, rstd, scale, normed, w_in, zxbcdt, y2, rstd2, p, w_c,
              h_dtype) = saved.pop()  # frees the block's tensors after its backward
+            dh_out, dres_out = incoming.get(i, (None, None))
+            dh, dres = _add(dh, dh_out, dim), _add(dres, dres_out, dim)
+            if dh is None:  # only the residual is used
+                dh = torch.zeros(batch * seqlen, dim, device=zxbcdt.device,
+                                 dtype=w_in.dtype)
             norm_w, in_w = flat[at.start], flat[at.start + 1]
             out_w, core = flat[at.out_w], flat[at.core:at.end]
             dzx, grads[at.out_w], dout_b, stacked = _core_backward(
@@ -143,13 +153,23 @@ class _Blocks(torch.autograd.Function):
                 seqlen, n_saved.dtype != torch.float32)
             grads[at.start] = cast(dnorm_w, norm_w.dtype)
         # block 0's stream is the tokens themselves: dh is their gradient
-        return (None, None, dh.view(ctx.tokens_shape), None, *grads)
+        return (None, None, None, dh.view(ctx.tokens_shape), None, *grads)
+
+
+def _add(a: Optional[Tensor], b: Optional[Tensor], dim: int) -> Optional[Tensor]:
+    """``a + b`` as (rows, dim), where either may be None (zero)."""
+    if b is not None:
+        b = b.reshape(-1, dim)
+    if a is None:
+        return b
+    return a if b is None else a + b
 
 
 def blocks_triton(tokens: Tensor, params: Sequence[BlockParams],
-                  specs: Sequence[BlockSpec], scales: Optional[Tensor] = None
-                  ) -> Tuple[Tensor, Tensor]:
-    """Every block of a DinoVim stack in fused kernels, as one autograd node.
+                  specs: Sequence[BlockSpec], scales: Optional[Tensor] = None,
+                  indices: Optional[Sequence[int]] = None
+                  ) -> List[Tuple[Tensor, Tensor]]:
+    """The blocks of a DinoVim stack in fused kernels, as one autograd node.
 
     Args:
         tokens (Tensor): (batch, seqlen, dim), CUDA, the first block's input.
@@ -158,14 +178,20 @@ def blocks_triton(tokens: Tensor, params: Sequence[BlockParams],
         scales (Tensor, optional): (nblocks, batch) float32 stochastic-depth
             factors; row ``i`` multiplies block ``i - 1``'s output as block ``i``
             adds it (row 0 is not read). None: no drop path.
+        indices (Sequence[int], optional): the blocks whose outputs to return (the
+            blocks after the last of them do not run). None: the last block.
 
     Returns:
-        tuple: the last block's mixer output ``h`` (batch, seqlen, dim) in the
-        compute dtype and the residual stream it was computed from, float32.
+        list: per index, ascending, the block's mixer output ``h`` (batch, seqlen,
+        dim) in the compute dtype and the residual stream it was computed from,
+        float32.
     """
-    flat, layout = _flatten(params)
+    indices = block_indices(indices, len(params))
+    flat, layout = _flatten(params[:indices[-1] + 1])
     specs = tuple(specs)
     if not torch.is_grad_enabled() or not (tokens.requires_grad or any(
             p.requires_grad for p in flat)):  # no graph to record (a frozen stack)
-        return _forward(tokens, scales, flat, layout, specs, None)
-    return _Blocks.apply(specs, layout, tokens, scales, *flat)
+        outs = _forward(tokens, scales, flat, layout, specs, indices, None)
+    else:
+        outs = _Blocks.apply(specs, layout, indices, tokens, scales, *flat)
+    return list(zip(outs[0::2], outs[1::2]))
