@@ -5,13 +5,14 @@ arguments, same function; the equations are in :mod:`mmdinomamba.ops.blocks`) wi
 the kernels each block runs on CUDA (the add + norm of :mod:`.norm`, ``in_proj``'s
 matrix product, the mixer core of :mod:`.mixer`), in the same order as
 :class:`~mmdinomamba.models.backbones.dino_vim.MambaBlock` calls them one block at a
-time, so the two give the same numbers bit for bit. What
-differs is the host's work: eagerly, each block makes three autograd nodes (the add
-+ norm, ``in_proj`` with its cast and transposes, the mixer core), each with its own
+time, so the two give the same numbers bit for bit. What differs is the host's
+work: called one block at a time, each block makes three autograd nodes (the add +
+norm, ``in_proj`` with its cast and transposes, the mixer core), each with its own
 context, saved-tensor bookkeeping and output checks, 72 for DinoVim's 24 blocks;
-here the whole stack is one node, whose backward runs the blocks' backward in a
-plain loop. An eager training step's host time follows the operators and nodes it
-issues (docs/benchmark.md), so this is what DinoVim runs eagerly on CUDA.
+here the stack is one node, whose backward runs the blocks' backward in a plain
+loop, taking in the gradients of the blocks whose outputs it returned as it
+reaches them. An eager step's host time follows the operators and nodes it issues
+(docs/benchmark.md), so this is what DinoVim runs eagerly on CUDA.
 
 Memory: the backward keeps per block what the three nodes keep (the add + norm's
 normalised rows and rstd, ``in_proj``'s input and weight in the compute dtype, the
