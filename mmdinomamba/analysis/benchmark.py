@@ -436,6 +436,7 @@ _MODEL_TIMED = {f'{kind}_ms': (f'{kind}_ms_all', f'{kind}_img_s', f'{kind}_peak_
                 for kind in ('infer', 'train', 'infer_graph', 'train_graph')}
 _DINO_TIMED = {'s_iter': ('ms_all', 'img_s', 'peak_gib', 'reserved_gib',
                           'steady_reserved_gib')}
+_HOST_TIMED = {'host_ms': ('host_ms_all', )}
 
 
 def best_of_rounds(rows: List[dict], timed: Dict[str, Sequence[str]] = _MODEL_TIMED,
@@ -443,9 +444,9 @@ def best_of_rounds(rows: List[dict], timed: Dict[str, Sequence[str]] = _MODEL_TI
     """One row from the rows of one (model, size, batch) in several rounds.
 
     Per timed figure (a key of ``timed``: the ``models`` mode's ``<kind>_ms``, the
-    ``dino-step`` mode's ``s_iter``) the round with the fastest step gives it and
-    the figures listed with it (img/s, peak memory); each ``lowest`` figure (the
-    host times) is the lowest of any round. Slow phases of a shared host only ever
+    ``dino-step`` mode's ``s_iter``, the ``host`` mode's ``host_ms``) the round with
+    the fastest step gives it and the figures listed with it (img/s, peak memory);
+    each ``lowest`` figure (the host times) is the lowest of any round. Slow phases of a shared host only ever
     add time, so the best round is the measurement of the step itself.
     ``<figure>_rounds`` keeps every round's value; counts (launches, Python calls,
     operators) do not depend on the round and come from the first. A pair that
@@ -634,22 +635,18 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
 def run_host(specs: Dict[str, dict], baseline: Optional[str] = None, rounds: int = 1,
              **kwargs) -> List[dict]:
     """:func:`measure_host` for each named spec, the specs taking turns for
-    ``rounds`` rounds, each keeping its lowest median; ``host_vs_baseline`` is the
-    baseline's host time over the row's (above 1: less host work)."""
+    ``rounds`` rounds, each keeping its lowest median (:func:`best_of_rounds`);
+    ``host_vs_baseline`` is the baseline's host time over the row's (above 1: less
+    host work)."""
     if rounds < 1:
         raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
-    rows = {name: dict(model=name) for name in specs}
-    for _ in range(rounds):
-        for name, spec in specs.items():
-            res = measure_host(spec, **kwargs)
-            row = rows[name]
-            row.setdefault('host_ms_rounds', []).append(res['host_ms'])
-            if res['host_ms'] <= row.get('host_ms', float('inf')):
-                row.update(res)
-    rows = list(rows.values())
+    per_round = [[dict(model=name, **measure_host(spec, **kwargs))
+                  for name, spec in specs.items()] for _ in range(rounds)]
+    rows = [best_of_rounds(list(same), _HOST_TIMED, lowest=())
+            for same in zip(*per_round)]
     base = next((r for r in rows if r['model'] == baseline), None)
-    for r in rows:
-        if base is not None:
+    if base is not None:
+        for r in rows:
             r['host_vs_baseline'] = base['host_ms'] / r['host_ms']
     return rows
 

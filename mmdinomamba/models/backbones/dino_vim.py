@@ -105,12 +105,11 @@ class DinoVim(PlainBackbone):
         norm_eps (float): RMSNorm eps. Defaults to 1e-5.
         frozen_stages (int): freeze embeddings and this many blocks. Defaults to -1.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
-        fused_blocks (bool): when only the last block's output is asked for
-            (training, plain inference), run every block in one call of
+        fused_blocks (bool): run the blocks in one call of
             :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
-            kernels: the least host work per eager step). False calls the block
-            modules one at a time: the same numbers, for comparison. Defaults to
-            True.
+            kernels: the least host work per eager step), for the last block's
+            output and for several blocks' alike. False calls the block modules one
+            at a time: the same numbers, for comparison. Defaults to True.
     """
     arch_zoo = {
         **dict.fromkeys(['t', 'tiny'], dict(embed_dims=256, num_layers=24)),

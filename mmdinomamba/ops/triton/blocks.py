@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..blocks import BlockParams, BlockSpec, block_indices
+from ..fused import compute_dtype
 from .launch import cast
 from .mixer import _core_backward, _core_forward, _flat_params, _unstack
 from .norm import _add_norm_backward, _add_norm_forward
@@ -63,12 +64,6 @@ def _flatten(params: Sequence[BlockParams]) -> Tuple[List[Tensor], Tuple[_Layout
     return flat, tuple(layout)
 
 
-def _compute_dtype(weight: Tensor) -> torch.dtype:
-    if torch.is_autocast_enabled(weight.device.type):
-        return torch.get_autocast_dtype(weight.device.type)
-    return weight.dtype
-
-
 def _forward(tokens: Tensor, scales: Optional[Tensor], flat: Sequence[Tensor],
              layout: Sequence[_Layout], specs: Sequence[BlockSpec],
              indices: Tuple[int, ...], saved: Optional[list]) -> List[Tensor]:
@@ -76,7 +71,7 @@ def _forward(tokens: Tensor, scales: Optional[Tensor], flat: Sequence[Tensor],
     what each block's backward reads. Returns ``h`` and ``residual``, each (batch,
     seqlen, dim), after each block of ``indices``, in one flat list."""
     batch, seqlen, dim = tokens.shape
-    cdt = _compute_dtype(flat[1])
+    cdt = compute_dtype(flat[1])
     half = cdt in (torch.float16, torch.bfloat16)
     outs = []
     h, residual = tokens, None

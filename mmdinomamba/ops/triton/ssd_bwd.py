@@ -268,7 +268,7 @@ def scan_backward(args: ScanArgs, dy: Tensor, dx: Tensor, num_warps: int = 4,
     ddt = torch.empty(batch, seqlen, nslots, **kw)
     # the partial sums of dA, d(dt_bias) and a per-slot dD in one buffer, one
     # reduction; a per-channel dD's in a buffer of their own
-    per_slot = args.D is not None and args.D.dim() == 1
+    per_slot = const['D_PER_SLOT']
     sums = torch.empty(2 + per_slot, nslots, batch * nchunks, **kw)
     dD = torch.empty(nslots, batch * nchunks, args.headdim, **kw) \
         if args.D is not None and not per_slot else None
