@@ -24,7 +24,7 @@ def test_loss_fell_compares_first_and_last_epoch(demo):
         demo.loss_fell('probe', {})
 
 
-def test_the_verdict_needs_intervals_apart(demo):
+def test_the_verdict_needs_a_higher_mean_on_both_measures(demo):
     from mmdinomamba.evaluation import BootstrapCI
     cosine = BootstrapCI(0.20, 0.18, 0.22, 200)  # reported, not judged
     random_init = dict(knn=BootstrapCI(0.30, 0.25, 0.35, 200),
@@ -33,12 +33,26 @@ def test_the_verdict_needs_intervals_apart(demo):
     apart = dict(knn=BootstrapCI(0.45, 0.38, 0.52, 200),
                  auc=BootstrapCI(0.55, 0.53, 0.57, 200), auc_cosine=cosine,
                  num_bank=64, num_val=200)
-    overlapping = dict(apart, knn=BootstrapCI(0.40, 0.34, 0.46, 200))
-    assert demo.verdict(random_init, apart).startswith(
-        'DINO teacher k-NN: beats random init; Binary-AUC (attention map): beats '
-        'random init')
-    assert 'k-NN: does not beat random init beyond the intervals; Binary-AUC ' \
-        '(attention map): beats' in demo.verdict(random_init, overlapping)
+    overlapping = dict(apart, knn=BootstrapCI(0.34, 0.28, 0.40, 200))
+    assert demo.verdict(random_init, apart) == (
+        'DINO teacher k-NN: beats random init (intervals apart); Binary-AUC '
+        '(attention map): beats random init (intervals apart)', True)
+    sentence, passed = demo.verdict(random_init, overlapping)
+    assert passed and 'k-NN: beats random init (intervals overlap)' in sentence
+    # a tie or a lower mean on either measure fails the demo; the cosine map's
+    # AUC is not judged
+    for worse in (dict(apart, knn=random_init['knn']),
+                  dict(apart, auc=BootstrapCI(0.49, 0.48, 0.50, 200)),
+                  random_init):
+        sentence, passed = demo.verdict(random_init, worse)
+        assert not passed and 'does not beat random init' in sentence
+    assert demo.verdict(random_init, dict(apart, auc_cosine=BootstrapCI(
+        0.1, 0.0, 0.2, 200)))[1]
+    # the demo's last step prints the verdict and fails on it
+    falling = {1: 7.0, 10: 6.5}
+    demo.final_checks(falling, falling, 1024, random_init, overlapping)
+    with pytest.raises(SystemExit, match='does not beat its random init'):
+        demo.final_checks(falling, falling, 1024, random_init, random_init)
     lines = demo.side_by_side(random_init, apart).splitlines()
     assert '30.0 [25.0, 35.0]' in lines[0] and '45.0 [38.0, 52.0]' in lines[0]
     assert '0.500 [0.490, 0.510]' in lines[1] and '0.550 [0.530, 0.570]' in lines[1]
