@@ -583,7 +583,8 @@ def fused_path_without_kernels():
 
 
 def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64,
-                 warmup: int = 3, repeats: int = 7, iters: int = 5) -> Dict[str, object]:
+                 warmup: int = 3, repeats: int = 7, iters: int = 5,
+                 amp: Optional[torch.dtype] = None) -> Dict[str, object]:
     """The host's work for one eager training step (forward, backward) of a DinoVim
     through the fused path, on the CPU (:func:`fused_path_without_kernels`).
 
@@ -591,7 +592,11 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
     ``batch`` images of ``img_size`` pixels (18 tokens at 64 px), so the torch
     operators' arithmetic is negligible and the step is the host's work: the same
     operators, launches and Python as at any size (they depend on the depth and the
-    layout, not on the width).
+    layout, not on the width). With ``amp`` the forward runs under CPU autocast
+    in that dtype, as the GPU steps run under CUDA autocast, and the count
+    includes the casts of weights and gradients it adds (about 100 operators per
+    DinoVim-B step); the time then includes the CPU's own arithmetic in bf16 or
+    fp16, which is slow and is not host work on a GPU. None (the default): float32.
 
     Returns:
         dict: ``host_ms`` (median over ``repeats`` runs of ``iters`` steps) and its
@@ -613,7 +618,9 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
 
     def step():
         model.zero_grad(set_to_none=True)
-        _first(model(x)).float().square().mean().backward()
+        with _autocast(x.device, amp):
+            loss = _first(model(x)).float().square().mean()
+        loss.backward()
 
     with fused_path_without_kernels() as launches:
         for _ in range(warmup):

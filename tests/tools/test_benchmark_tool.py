@@ -320,7 +320,17 @@ def test_host_mode_counts_the_fused_path_on_the_cpu(tool):
     assert len(stack['host_ms_rounds']) == 2 and loop['host_vs_baseline'] == 1.0
     assert (fused.use_triton, launch.Launcher.launch) == before
     assert 'stack' in bench.format_host_table(rows, 'loop')
+    # under autocast (as on the GPU) the fused path's casts of weights and
+    # gradients are counted too; float32 (the default) has none
+    bf16 = bench.measure_host(specs['stack'], width=32, warmup=1, repeats=1, iters=1,
+                              amp=torch.bfloat16)
+    assert bf16['launches'] == stack['launches'] and bf16['ops'] > stack['ops']
     with pytest.raises(ValueError, match='DinoVim'):
         bench.measure_host(dict(type='LinearViT', arch='base'))
     args = tool.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
     assert args.models == ['dinovim-t'] and args.baseline == 'dinovim-b-loop'
+    assert args.amp is None  # main() reads it as 'none' in host mode, else 'bf16'
+    data = tool.main(['--device', 'cpu', '--warmup', '1', '--repeats', '1', '--iters',
+                      '1', 'host', '--models', 'dinovim-t', '--rounds', '1',
+                      '--width', '64'])
+    assert data['settings']['amp'] == 'none' and data['rows'][0]['launches'] == 240

@@ -35,8 +35,10 @@ COMPILE_MODES = ['default', 'reduce-overhead', 'max-autotune',
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--amp', choices=sorted(AMP_DTYPES), default='bf16',
-                        help='autocast dtype (kernel mode: input dtype)')
+    parser.add_argument('--amp', choices=sorted(AMP_DTYPES),
+                        help='autocast dtype (kernel mode: input dtype); default bf16, '
+                        "none in host mode (on a CPU, bf16 matrix products time the "
+                        "CPU's bf16 arithmetic, not host work)")
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=3, help='steps per timed repeat')
@@ -125,6 +127,8 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     args = parse_args(argv)
     device = torch.device(args.device)
+    if args.amp is None:
+        args.amp = 'none' if args.mode == 'host' else 'bf16'
     amp = AMP_DTYPES[args.amp]
     result = dict(mode=args.mode, environment=environment(device),
                   settings=dict(amp=args.amp, warmup=args.warmup, repeats=args.repeats,
@@ -172,7 +176,8 @@ def main(argv=None) -> dict:
         specs = {name: MODELS[name] for name in args.models}
         baseline = args.baseline if args.baseline in specs else None
         rows = run_host(specs, baseline, args.rounds, width=args.width, batch=args.batch,
-                        warmup=args.warmup, repeats=args.repeats, iters=args.iters)
+                        warmup=args.warmup, repeats=args.repeats, iters=args.iters,
+                        amp=amp)
         result['rows'] = rows
         print(format_host_table(rows, baseline))
     elif args.mode == 'profile':
