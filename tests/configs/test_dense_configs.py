@@ -19,6 +19,7 @@ import glob
 import importlib
 import math
 import os.path as osp
+import sys
 
 import mmengine.config.utils
 import pytest
@@ -28,6 +29,9 @@ from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets import make_toy_dataset, toy_class_names
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from _tiny_two_stage import two_stage_head_options  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEG_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'upernet', '*.py')))
@@ -153,25 +157,8 @@ def det_options(cfg: Config, toy_root: str) -> dict:
     metainfo = dict(classes=tuple(toy_class_names(NUM_CLASSES)))
     opts = {
         **tiny_backbone_options(cfg.model.backbone),
-        'model.neck.0.embed_dim': WIDTH,
-        'model.neck.1.in_channels': [WIDTH] * 4,
-        'model.neck.1.out_channels': WIDTH,
-        'model.rpn_head.in_channels': WIDTH,
-        'model.rpn_head.feat_channels': WIDTH,
-        'model.roi_head.bbox_roi_extractor.out_channels': WIDTH,
-        'model.roi_head.mask_roi_extractor.out_channels': WIDTH,
-        'model.roi_head.mask_head.in_channels': WIDTH,
-        'model.roi_head.mask_head.conv_out_channels': WIDTH,
-        'model.roi_head.mask_head.num_classes': NUM_CLASSES,
-        'model.train_cfg.rpn.sampler.num': 32,
-        'model.train_cfg.rpn_proposal.nms_pre': 200,
-        'model.train_cfg.rpn_proposal.max_per_img': 100,
-        'model.test_cfg.rpn.nms_pre': 200,
-        'model.test_cfg.rpn.max_per_img': 50,
-        # an untrained 2-class head scores about 1/3: keep every box so the
-        # metrics have detections to match
-        'model.test_cfg.rcnn.score_thr': 0.0,
-        'model.test_cfg.rcnn.max_per_img': 20,
+        **two_stage_head_options(WIDTH, NUM_CLASSES, [
+            f'.{i}' for i in range(len(cfg.model.roi_head.bbox_head))]),
         'train_dataloader.batch_size': 2,
         'train_dataloader.dataset.data_root': data_root,
         'train_dataloader.dataset.ann_file': 'annotations/instances_train.json',
@@ -186,11 +173,6 @@ def det_options(cfg: Config, toy_root: str) -> dict:
         'train_cfg.val_interval': 1,
         **loader_options('train_dataloader'), **loader_options('val_dataloader'),
     }
-    for stage in range(len(cfg.model.roi_head.bbox_head)):
-        opts[f'model.roi_head.bbox_head.{stage}.num_classes'] = NUM_CLASSES
-        opts[f'model.roi_head.bbox_head.{stage}.in_channels'] = WIDTH
-        opts[f'model.roi_head.bbox_head.{stage}.fc_out_channels'] = 2 * WIDTH
-        opts[f'model.train_cfg.rcnn.{stage}.sampler.num'] = 32
     opts.update(resize_options('train_dataloader.dataset.pipeline',
                                cfg.train_dataloader.dataset.pipeline, 64))
     opts.update(resize_options('val_dataloader.dataset.pipeline',

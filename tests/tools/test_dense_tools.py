@@ -26,6 +26,9 @@ import torch
 
 from mmdinomamba.datasets import make_toy_dataset, toy_class_names
 
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from _tiny_two_stage import two_stage_head_options  # noqa: E402
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 UPERNET = osp.join(ROOT, 'configs', 'upernet',
                    'upernet_dinovim-tiny-p16_8xb2-160k_ade20k-512x512.py')
@@ -92,36 +95,14 @@ def det_options(stages: Sequence[str] = ('.0', '.1', '.2')) -> Dict[str, object]
     """An mmdet two-stage detector at 64 px (train) / 72 px (test) with 2 classes;
     ``stages``: the suffixes of its bbox heads (Cascade: 3, Mask R-CNN: one, '')."""
     classes = tuple(toy_class_names(NUM_CLASSES))
-    opts = {**tiny_backbone(),
-            'model.neck.0.embed_dim': WIDTH,
-            'model.neck.1.in_channels': [WIDTH] * 4,
-            'model.neck.1.out_channels': WIDTH,
-            'model.rpn_head.in_channels': WIDTH,
-            'model.rpn_head.feat_channels': WIDTH,
-            'model.roi_head.bbox_roi_extractor.out_channels': WIDTH,
-            'model.roi_head.mask_roi_extractor.out_channels': WIDTH,
-            'model.roi_head.mask_head.in_channels': WIDTH,
-            'model.roi_head.mask_head.conv_out_channels': WIDTH,
-            'model.roi_head.mask_head.num_classes': NUM_CLASSES,
-            'model.train_cfg.rpn.sampler.num': 32,
-            'model.train_cfg.rpn_proposal.nms_pre': 200,
-            'model.train_cfg.rpn_proposal.max_per_img': 100,
-            'model.test_cfg.rpn.nms_pre': 200,
-            'model.test_cfg.rpn.max_per_img': 50,
-            'model.test_cfg.rcnn.score_thr': 0.0,
-            'model.test_cfg.rcnn.max_per_img': 20,
+    return {**tiny_backbone(),
+            **two_stage_head_options(WIDTH, NUM_CLASSES, stages),
             'train_dataloader.dataset.pipeline.2.scale': (107, 64),
             'val_dataloader.dataset.pipeline.1.scale': (120, 72),
             'test_dataloader.dataset.pipeline.1.scale': (120, 72),
             **{f'{loader}.dataset.metainfo.classes': classes
                for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')},
             **loaders()}
-    for stage in stages:
-        opts.update({f'model.roi_head.bbox_head{stage}.num_classes': NUM_CLASSES,
-                     f'model.roi_head.bbox_head{stage}.in_channels': WIDTH,
-                     f'model.roi_head.bbox_head{stage}.fc_out_channels': 2 * WIDTH,
-                     f'model.train_cfg.rcnn{stage}.sampler.num': 32})
-    return opts
 
 
 @pytest.fixture(scope='module')

@@ -1,0 +1,38 @@
+"""The shrunk mmdet two-stage detector the dense tests train: ``--cfg-options`` keys
+for the neck, RPN and RoI heads of DinoVim's Cascade / Mask R-CNN configs at a
+tiny width (the backbone and data keys stay with each test)."""
+from typing import Dict, Sequence
+
+
+def two_stage_head_options(width: int, num_classes: int,
+                           stages: Sequence[str]) -> Dict[str, object]:
+    """The heads at ``width`` channels with ``num_classes`` classes and small
+    proposal and sampling budgets; ``stages``: the key suffixes of the bbox heads
+    (``'.0'``, ``'.1'``, ... for Cascade R-CNN's list, ``''`` for one head)."""
+    opts = {
+        'model.neck.0.embed_dim': width,
+        'model.neck.1.in_channels': [width] * 4,
+        'model.neck.1.out_channels': width,
+        'model.rpn_head.in_channels': width,
+        'model.rpn_head.feat_channels': width,
+        'model.roi_head.bbox_roi_extractor.out_channels': width,
+        'model.roi_head.mask_roi_extractor.out_channels': width,
+        'model.roi_head.mask_head.in_channels': width,
+        'model.roi_head.mask_head.conv_out_channels': width,
+        'model.roi_head.mask_head.num_classes': num_classes,
+        'model.train_cfg.rpn.sampler.num': 32,
+        'model.train_cfg.rpn_proposal.nms_pre': 200,
+        'model.train_cfg.rpn_proposal.max_per_img': 100,
+        'model.test_cfg.rpn.nms_pre': 200,
+        'model.test_cfg.rpn.max_per_img': 50,
+        # an untrained head scores about 1 / (classes + 1): keep every box so
+        # that the metrics have detections to match
+        'model.test_cfg.rcnn.score_thr': 0.0,
+        'model.test_cfg.rcnn.max_per_img': 20,
+    }
+    for stage in stages:
+        opts.update({f'model.roi_head.bbox_head{stage}.num_classes': num_classes,
+                     f'model.roi_head.bbox_head{stage}.in_channels': width,
+                     f'model.roi_head.bbox_head{stage}.fc_out_channels': 2 * width,
+                     f'model.train_cfg.rcnn{stage}.sampler.num': 32})
+    return opts
