@@ -1,7 +1,9 @@
-"""Shared by the DINO training tests: a tiny version of the toy DINO config."""
+"""Shared by the DINO training tests: a tiny version of the toy DINO config and a
+hook that stops a run early (their toy data: ``toy_root`` in conftest.py)."""
 import os.path as osp
 
 from mmengine.config import Config
+from mmengine.hooks import Hook
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOY_CONFIG = osp.join(ROOT, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py')
@@ -47,3 +49,15 @@ def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
     cfg.default_hooks.logger.interval = 1
     cfg.log_level = 'WARNING'
     return cfg
+
+
+class StopAfter(Hook):
+    """Stop an epoch-based run after ``epochs`` epochs (its schedule stays as
+    configured, as in a run that was interrupted)."""
+
+    def __init__(self, epochs):
+        self.epochs = epochs
+
+    def after_train_epoch(self, runner):
+        if runner.epoch + 1 >= self.epochs:
+            runner.train_loop.stop_training = True

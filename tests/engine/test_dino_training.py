@@ -12,31 +12,10 @@ from mmengine.runner import Runner
 from mmpretrain.registry import MODELS
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.engine import allow_mmengine_checkpoint_types
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
-
-
-@pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('toy') / 'toy')
-    # 16 training images: 4 iterations of 4 images per epoch
-    make_toy_dataset(root, num_classes=2, train_per_class=8, val_per_class=1, size=48,
-                     formats=['imagenet'])
-    return root
-
-
-class StopAfter(Hook):
-    """Stop an epoch-based run after `epochs` epochs (its schedule stays as configured)."""
-
-    def __init__(self, epochs):
-        self.epochs = epochs
-
-    def after_train_epoch(self, runner):
-        if runner.epoch + 1 >= self.epochs:
-            runner.train_loop.stop_training = True
+from _dino_toy import ROOT, StopAfter, tiny_dino_config  # noqa: E402
 
 
 class RecordLastLayer(Hook):

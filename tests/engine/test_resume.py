@@ -13,29 +13,20 @@ import sys
 import numpy as np
 import pytest
 import torch
-from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types, epoch_worker_init_fn,
                                 find_resume_checkpoint, get_rng_state, set_rng_state)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
+from _dino_toy import ROOT, StopAfter, tiny_dino_config  # noqa: E402
 
 HERE = osp.dirname(osp.abspath(__file__))
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
            OMP_NUM_THREADS='1')
 
 
-@pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('toy') / 'toy')
-    # 16 training images: 4 iterations of 4 images per epoch
-    make_toy_dataset(root, num_classes=2, train_per_class=8, val_per_class=1, size=48,
-                     formats=['imagenet'])
-    return root
 
 
 def load(path):
@@ -137,15 +128,6 @@ def test_epoch_worker_init_fn_fresh_every_epoch_and_resumable():
 
 # -- in one process --------------------------------------------------------------------
 
-class StopAfter(Hook):
-    """Stop an epoch-based run after `epochs` epochs (the schedule stays as configured)."""
-
-    def __init__(self, epochs):
-        self.epochs = epochs
-
-    def after_train_epoch(self, runner):
-        if runner.epoch + 1 >= self.epochs:
-            runner.train_loop.stop_training = True
 
 
 def train(cfg, name, hooks=(), resume_from=None):
