@@ -4,6 +4,7 @@ import os.path as osp
 
 from mmengine.config import Config
 from mmengine.hooks import Hook
+from mmengine.runner import Runner
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOY_CONFIG = osp.join(ROOT, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py')
@@ -61,3 +62,17 @@ class StopAfter(Hook):
     def after_train_epoch(self, runner):
         if runner.epoch + 1 >= self.epochs:
             runner.train_loop.stop_training = True
+
+
+def train(cfg: Config, name: str, hooks=(), resume_from=None) -> Runner:
+    """Build a Runner from ``cfg`` (as ``name``, so that several runs in one process
+    keep their own loggers), register ``hooks``, resume from ``resume_from`` if
+    given, and train."""
+    cfg.experiment_name = name  # distinct loggers / message hubs in one process
+    if resume_from is not None:
+        cfg.resume, cfg.load_from = True, resume_from
+    runner = Runner.from_cfg(cfg)
+    for hook in hooks:
+        runner.register_hook(hook)
+    runner.train()
+    return runner

@@ -8,7 +8,6 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.hooks import Hook
-from mmengine.runner import Runner
 from mmpretrain.registry import MODELS
 
 import mmdinomamba  # noqa: F401  (registers our classes)
@@ -16,6 +15,7 @@ from mmdinomamba.engine import allow_mmengine_checkpoint_types
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import ROOT, StopAfter, tiny_dino_config  # noqa: E402
+from _dino_toy import train as run  # noqa: E402
 
 
 class RecordLastLayer(Hook):
@@ -34,16 +34,6 @@ class RecordLastLayer(Hook):
     def after_train_epoch(self, runner):
         self._snap(runner)
 
-
-def run(cfg, name, hooks=(), resume_from=None):
-    cfg.experiment_name = name  # distinct loggers / message hubs in one process
-    if resume_from is not None:
-        cfg.resume, cfg.load_from = True, resume_from
-    runner = Runner.from_cfg(cfg)
-    for hook in hooks:
-        runner.register_hook(hook)
-    runner.train()
-    return runner
 
 
 def load(path):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS, MODELS

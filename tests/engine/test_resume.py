@@ -13,14 +13,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types, epoch_worker_init_fn,
                                 find_resume_checkpoint, get_rng_state, set_rng_state)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, StopAfter, tiny_dino_config  # noqa: E402
+from _dino_toy import ROOT, StopAfter, tiny_dino_config, train  # noqa: E402
 
 HERE = osp.dirname(osp.abspath(__file__))
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
@@ -127,18 +126,6 @@ def test_epoch_worker_init_fn_fresh_every_epoch_and_resumable():
 
 
 # -- in one process --------------------------------------------------------------------
-
-
-
-def train(cfg, name, hooks=(), resume_from=None):
-    cfg.experiment_name = name  # distinct loggers / message hubs in one process
-    if resume_from is not None:
-        cfg.resume, cfg.load_from = True, resume_from
-    runner = Runner.from_cfg(cfg)
-    for hook in hooks:
-        runner.register_hook(hook)
-    runner.train()
-    return runner
 
 
 def test_resume_with_augmentation_in_the_main_process(toy_root, tmp_path):
