@@ -31,7 +31,7 @@ import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets import make_toy_dataset, toy_class_names
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from _tiny_two_stage import two_stage_head_options  # noqa: E402
+from _tiny_dense import two_stage_head_options, upernet_head_options  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEG_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'upernet', '*.py')))
@@ -127,14 +127,7 @@ def seg_options(cfg: Config, toy_root: str) -> dict:
     data_root = osp.join(toy_root, 'ade')
     opts = {
         **tiny_backbone_options(cfg.model.backbone),
-        'model.neck.embed_dim': WIDTH,
-        'model.decode_head.in_channels': [WIDTH] * 4,
-        'model.decode_head.channels': WIDTH,
-        'model.auxiliary_head.in_channels': WIDTH,
-        'model.auxiliary_head.channels': WIDTH // 2,
-        'model.data_preprocessor.size': (64, 64),
-        'model.test_cfg.crop_size': (72, 72),
-        'model.test_cfg.stride': (48, 48),
+        **upernet_head_options(WIDTH),
         'train_dataloader.batch_size': 2,
         'train_dataloader.dataset.data_root': data_root,
         'val_dataloader.dataset.data_root': data_root,

@@ -27,7 +27,7 @@ import torch
 from mmdinomamba.datasets import make_toy_dataset, toy_class_names
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from _tiny_two_stage import two_stage_head_options  # noqa: E402
+from _tiny_dense import two_stage_head_options, upernet_head_options  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 UPERNET = osp.join(ROOT, 'configs', 'upernet',
@@ -75,14 +75,7 @@ def loaders(**extra) -> Dict[str, object]:
 def seg_options() -> Dict[str, object]:
     """UperNet at 64 px: training crops of 64, evaluation at 88 px in 72 px windows."""
     return {**tiny_backbone(),
-            'model.neck.embed_dim': WIDTH,
-            'model.decode_head.in_channels': [WIDTH] * 4,
-            'model.decode_head.channels': WIDTH,
-            'model.auxiliary_head.in_channels': WIDTH,
-            'model.auxiliary_head.channels': WIDTH // 2,
-            'model.data_preprocessor.size': (64, 64),
-            'model.test_cfg.crop_size': (72, 72),
-            'model.test_cfg.stride': (48, 48),
+            **upernet_head_options(WIDTH),
             'train_dataloader.dataset.pipeline.2.scale': (256, 64),
             'train_dataloader.dataset.pipeline.3.crop_size': (64, 64),
             'val_dataloader.dataset.pipeline.1.scale': (352, 88),

@@ -1,7 +1,20 @@
-"""The shrunk mmdet two-stage detector the dense tests train: ``--cfg-options`` keys
-for the neck, RPN and RoI heads of DinoVim's Cascade / Mask R-CNN configs at a
-tiny width (the backbone and data keys stay with each test)."""
+"""The shrunk dense heads the dense tests train: ``--cfg-options`` keys for the
+necks and heads of the UperNet and Cascade / Mask R-CNN configs at a tiny width
+(the backbone and data keys stay with each test)."""
 from typing import Dict, Sequence
+
+
+def upernet_head_options(width: int) -> Dict[str, object]:
+    """UperNet (with its auxiliary FCN head) on ``width`` channels, trained on 64 px
+    crops and evaluated in 72 px sliding windows."""
+    return {'model.neck.embed_dim': width,
+            'model.decode_head.in_channels': [width] * 4,
+            'model.decode_head.channels': width,
+            'model.auxiliary_head.in_channels': width,
+            'model.auxiliary_head.channels': width // 2,
+            'model.data_preprocessor.size': (64, 64),
+            'model.test_cfg.crop_size': (72, 72),
+            'model.test_cfg.stride': (48, 48)}
 
 
 def two_stage_head_options(width: int, num_classes: int,
