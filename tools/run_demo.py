@@ -1,6 +1,7 @@
 """The embedded default: DINO pretraining and a linear probe on toy data, on a CPU.
 
     python tools/run_demo.py [--data-root data/toy] [--work-dir work_dirs/demo]
+                             [--cfg-options KEY=VALUE ...]  # DINO config overrides
 
 1. generates the toy dataset (``mmdinomamba.datasets.make_toy_dataset``; a no-op
    if it is already there);
@@ -167,6 +168,9 @@ def main(argv=None):
     parser.add_argument('--data-root', default='data/toy', help='toy dataset folder')
     parser.add_argument('--work-dir', default='work_dirs/demo',
                         help='folder for checkpoints and logs')
+    parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
+                        help="overrides of the DINO config, as tools/train.py's "
+                        '(e.g. randomness.seed=1)')
     args = parser.parse_args(argv)
     data_root = osp.abspath(osp.join(ROOT, args.data_root))
     work_dir = osp.abspath(osp.join(ROOT, args.work_dir))
@@ -184,7 +188,7 @@ def main(argv=None):
           f'[{time.time() - start:.0f} s]')
 
     dino_dir = osp.join(work_dir, 'dino')
-    data_opts = [f'train_dataloader.dataset.data_root={data_root}']
+    data_opts = [f'train_dataloader.dataset.data_root={data_root}', *args.cfg_options]
     seconds = run_step('dino', [python, 'tools/train.py', DINO_CONFIG, '--work-dir',
                                 dino_dir, '--cfg-options', *data_opts], work_dir)
     losses = epoch_losses(read_scalars(dino_dir))

@@ -93,3 +93,26 @@ def test_held_out_measures_on_a_tiny_toy_set(demo, tmp_path):
         for key, method in (('auc', 'attention'), ('auc_cosine', 'cosine')):
             per_image = next(iter(c[method].values()))[:, :-1].mean(axis=1)
             assert got[key].mean == pytest.approx(per_image.mean())
+
+
+def test_cfg_options_reach_the_dino_run(demo, tmp_path, monkeypatch):
+    """``--cfg-options`` go to the DINO step's tools/train.py, after the data root."""
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def run_step(name, argv, work_dir):
+        calls.append((name, argv))
+        raise Stop
+
+    monkeypatch.setattr(demo, 'run_step', run_step)
+    with pytest.raises(Stop):
+        demo.main(['--data-root', str(tmp_path / 'toy'), '--work-dir',
+                   str(tmp_path / 'demo'), '--cfg-options', 'randomness.seed=1',
+                   'train_cfg.max_epochs=2'])
+    (name, argv), = calls
+    assert name == 'dino' and argv[1:3] == ['tools/train.py', demo.DINO_CONFIG]
+    options = argv[argv.index('--cfg-options') + 1:]
+    assert options == [f'train_dataloader.dataset.data_root={tmp_path / "toy"}',
+                       'randomness.seed=1', 'train_cfg.max_epochs=2']
