@@ -1,12 +1,17 @@
-"""Run by torchrun in test_resume.py: uninterrupted, interrupted and resumed DDP runs.
+"""Run by torchrun in test_resume.py: one of an uninterrupted, an interrupted and a
+resumed DDP run.
 
-Three runs of the tiny toy DINO (2 epochs) in the same two processes: ``full``
-uninterrupted, ``half`` stopped after epoch 1 (its schedule still 2 epochs), and
-``resumed`` from ``half/epoch_1.pth``. Each rank draws its own drop-path masks
-and crops (``diff_rank_seed``, augmentation in the main process), so a rank
-restoring another rank's states would show.
+The tiny toy DINO (2 epochs) on two processes: ``full`` uninterrupted, ``half``
+stopped after epoch 1 (its schedule still 2 epochs), and ``resumed`` from
+``half/epoch_1.pth``. Each run is its own torchrun, as a user's interrupted and
+resumed ``tools/dist_train.sh`` runs are (one run per process group; three runs in
+one pair of processes once aborted a rank as an earlier run's objects were freed).
+Each rank draws its own drop-path masks and crops (``diff_rank_seed``,
+augmentation in the main process), so a rank restoring another rank's states would
+show.
 
-Usage: torchrun --nproc_per_node=2 _dino_ddp_resume_worker.py DATA_ROOT WORK_DIR
+Usage: torchrun --nproc_per_node=2 _dino_ddp_resume_worker.py DATA_ROOT WORK_DIR RUN
+(RUN: full, half or resumed)
 """
 import os.path as osp
 import sys
@@ -20,8 +25,6 @@ from _dino_toy import tiny_dino_config  # noqa: E402
 from mmdinomamba.engine import (allow_mmengine_checkpoint_types,  # noqa: E402
                                 setup_cpu_distributed, teardown_distributed)
 
-
-WRAPPER = {}  # the CPU DDP wrapper made with the process group, for the later runs
 
 
 class StopAfterFirstEpoch(Hook):
@@ -39,9 +42,7 @@ def run(data_root, work_dir, name, resume_from=None, hooks=()):
     cfg.randomness = dict(seed=0, diff_rank_seed=True)
     if resume_from is not None:
         cfg.resume, cfg.load_from = True, resume_from
-    if setup_cpu_distributed(cfg):
-        WRAPPER.update(cfg.model_wrapper_cfg)
-    cfg.model_wrapper_cfg = dict(WRAPPER)
+    setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
     for hook in hooks:
         runner.register_hook(hook)
@@ -49,12 +50,17 @@ def run(data_root, work_dir, name, resume_from=None, hooks=()):
 
 
 def main():
-    data_root, work_dir = sys.argv[1:3]
+    data_root, work_dir, name = sys.argv[1:4]
     allow_mmengine_checkpoint_types()
-    run(data_root, work_dir, 'full')
-    run(data_root, work_dir, 'half', hooks=[StopAfterFirstEpoch()])
-    run(data_root, work_dir, 'resumed',
-        resume_from=osp.join(work_dir, 'half', 'epoch_1.pth'))
+    if name == 'full':
+        run(data_root, work_dir, 'full')
+    elif name == 'half':
+        run(data_root, work_dir, 'half', hooks=[StopAfterFirstEpoch()])
+    elif name == 'resumed':
+        run(data_root, work_dir, 'resumed',
+            resume_from=osp.join(work_dir, 'half', 'epoch_1.pth'))
+    else:
+        raise SystemExit(f'unknown run {name!r}: full, half or resumed')
     teardown_distributed()
 
 

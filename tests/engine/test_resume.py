@@ -152,11 +152,12 @@ def test_resume_with_augmentation_in_the_main_process(toy_root, tmp_path):
 
 def test_two_process_ddp_resume_is_exact(toy_root, tmp_path):
     worker = osp.join(HERE, '_dino_ddp_resume_worker.py')
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
-           '--master_port=29533', worker, toy_root, str(tmp_path)]
-    proc = subprocess.run(cmd, env=ENV, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for run in ('full', 'half', 'resumed'):  # each its own pair of processes
+        cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
+               '--master_port=29533', worker, toy_root, str(tmp_path), run]
+        proc = subprocess.run(cmd, env=ENV, cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, (run, proc.stdout[-3000:] + proc.stderr[-3000:])
     final = tmp_path / 'full/epoch_2.pth'
     assert_same_checkpoint(final, tmp_path / 'resumed/epoch_2.pth')
     meta = load(final)['meta']
