@@ -11,4 +11,3 @@ def toy_root(tmp_path_factory):
     make_toy_dataset(root, num_classes=2, train_per_class=8, val_per_class=1, size=48,
                      formats=['imagenet'])
     return root
-

@@ -35,7 +35,6 @@ class RecordLastLayer(Hook):
         self._snap(runner)
 
 
-
 def load(path):
     # weights_only=True (torch's default): must work with the allow-list alone
     return torch.load(path, map_location='cpu', weights_only=True)

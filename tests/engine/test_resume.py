@@ -26,8 +26,6 @@ ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH
            OMP_NUM_THREADS='1')
 
 
-
-
 def load(path):
     # weights_only=True (torch's default): must work with the allow-list alone
     allow_mmengine_checkpoint_types()
