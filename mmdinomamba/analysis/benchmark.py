@@ -389,18 +389,15 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
         list[dict]: one row per (model, size) with the figures of
         :func:`measure_model`, ``error`` when it failed, and ``*_vs_baseline``.
     """
-    if rounds < 1:
-        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
     if graph and compile_mode:
         raise ValueError('benchmark: --cuda-graph captures eager steps; measure '
                          '--compile in a separate run')
     if len(sizes) != len(batches):
         raise ValueError(f'benchmark: give one batch size per input size, got sizes '
                          f'{list(sizes)} and batch sizes {list(batches)}')
-    per_round = [_measure_all(specs, sizes, batches, device, amp, modes, warmup, repeats,
-                              iters, graph, compile_mode, graph_blocks)
-                 for _ in range(rounds)]
-    rows = [best_of_rounds(list(same)) for same in zip(*per_round)]
+    rows = in_rounds(lambda: _measure_all(specs, sizes, batches, device, amp, modes,
+                                          warmup, repeats, iters, graph, compile_mode,
+                                          graph_blocks), rounds)
     add_ratios(rows, baseline)
     return rows
 
@@ -471,6 +468,17 @@ def best_of_rounds(rows: List[dict], timed: Dict[str, Sequence[str]] = _MODEL_TI
             best[key], best[f'{key}_rounds'] = min(values), values
     best['rounds'] = len(rows)
     return best
+
+
+def in_rounds(measure_round: Callable[[], List[dict]], rounds: int,
+              timed: Dict[str, Sequence[str]] = _MODEL_TIMED,
+              lowest: Sequence[str] = ('infer_host_ms', 'train_host_ms')) -> List[dict]:
+    """``measure_round()`` (one row per measured item, the items taking turns)
+    ``rounds`` times, merged item by item by :func:`best_of_rounds`."""
+    if rounds < 1:
+        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
+    per_round = [measure_round() for _ in range(rounds)]
+    return [best_of_rounds(list(same), timed, lowest) for same in zip(*per_round)]
 
 
 def add_ratios(rows: List[dict], baseline: Optional[str]):
@@ -623,20 +631,12 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
         loss.backward()
 
     with fused_path_without_kernels() as launches:
-        for _ in range(warmup):
-            step()
-        runs = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                step()
-            runs.append((time.perf_counter() - t0) * 1e3 / iters)
+        runs = time_ms(step, x.device, warmup, repeats, iters)
         before = launches[0]
         step()
-        res = dict(host_ms=statistics.median(runs), host_ms_all=runs,
-                   launches=launches[0] - before, ops=operators_per_call(step),
-                   pycalls=python_calls_per_call(step))
-    return res
+        return dict(host_ms=statistics.median(runs), host_ms_all=runs,
+                    launches=launches[0] - before, ops=operators_per_call(step),
+                    pycalls=python_calls_per_call(step))
 
 
 def run_host(specs: Dict[str, dict], baseline: Optional[str] = None, rounds: int = 1,
@@ -645,12 +645,8 @@ def run_host(specs: Dict[str, dict], baseline: Optional[str] = None, rounds: int
     ``rounds`` rounds, each keeping its lowest median (:func:`best_of_rounds`);
     ``host_vs_baseline`` is the baseline's host time over the row's (above 1: less
     host work)."""
-    if rounds < 1:
-        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
-    per_round = [[dict(model=name, **measure_host(spec, **kwargs))
-                  for name, spec in specs.items()] for _ in range(rounds)]
-    rows = [best_of_rounds(list(same), _HOST_TIMED, lowest=())
-            for same in zip(*per_round)]
+    rows = in_rounds(lambda: [dict(model=name, **measure_host(spec, **kwargs))
+                              for name, spec in specs.items()], rounds, _HOST_TIMED, ())
     base = next((r for r in rows if r['model'] == baseline), None)
     if base is not None:
         for r in rows:
@@ -822,13 +818,10 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
     to every config (True: graphs, False: eager, None: as each config says; the
     baseline's ViT has no graphed blocks). ``rounds``: as in
     :func:`run_models`, the configs take turns and each keeps its best round."""
-    if rounds < 1:
-        raise ValueError(f'benchmark: rounds must be >= 1, got {rounds}')
-    per_round = [_measure_dino_all(configs, device, warmup, repeats, iters, baseline,
-                                   host_batch, compile_mode, compile_baseline,
-                                   graph_blocks) for _ in range(rounds)]
-    rows = [best_of_rounds(list(same), _DINO_TIMED, ('host_ms', ))
-            for same in zip(*per_round)]
+    rows = in_rounds(lambda: _measure_dino_all(configs, device, warmup, repeats, iters,
+                                               baseline, host_batch, compile_mode,
+                                               compile_baseline, graph_blocks),
+                     rounds, _DINO_TIMED, ('host_ms', ))
     base = next((r for r in rows if r['model'] == baseline and 'img_s' in r), None)
     for r in rows:
         if base is not None and 'img_s' in r:
