@@ -48,7 +48,8 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', T_max=max_epochs, by_epoch=True, begin=0,
          end=max_epochs)
 ]
-train_cfg = dict(max_epochs=max_epochs, val_interval=5)
+# validated once, after the last epoch (2000 held-out images in make demo)
+train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
 
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0)

@@ -45,7 +45,7 @@ Tensor = torch.Tensor
 
 __all__ = ['ImageSplit', 'Measurement', 'ModelSpec', 'compare_models',
            'load_model', 'load_split', 'map_aucs', 'measure_backbone', 'knn_hits',
-           'preprocess_image', 'preprocess_label_map', 'probe_hits',
+           'paired_gain', 'preprocess_image', 'preprocess_label_map', 'probe_hits',
            'rank_by_layer']
 
 
@@ -486,7 +486,8 @@ def compare_models(specs: Sequence[ModelSpec],
                    batch_size: int = 32,
                    device: str = 'cpu',
                    progress: bool = True,
-                   map_methods: Sequence[str] = ('cosine', )) -> dict:
+                   map_methods: Sequence[str] = ('cosine', ),
+                   layers: Optional[Sequence[int]] = None) -> dict:
     """Measure every model on the same images; the content of the report.
 
     Args:
@@ -506,6 +507,9 @@ def compare_models(specs: Sequence[ModelSpec],
         map_methods (Sequence[str]): the activation maps scored by Binary-AUC
             (``activation_maps.METHODS``); the first is the headline one.
             Defaults to ('cosine', ).
+        layers (Sequence[int], optional): the blocks measured for k-NN and
+            Binary-AUC, negative from the end (e.g. ``[-1]``: the last one
+            only); None = every block. Ranks cover every block regardless.
 
     Returns:
         dict: ``meta`` and ``models``: one dict per model with ``knn`` (last
@@ -514,7 +518,12 @@ def compare_models(specs: Sequence[ModelSpec],
         ``mean_map_auc``, ``heads``), ``auc_by_layer`` (that of the first
         method), ``ranks`` (:func:`rank_by_layer`) and ``map_images`` (the
         head-mean maps of the first method on the first validation images at the
-        last block, (num, size, size) float32, for the figure).
+        last block, (num, size, size) float32, for the figure) and ``per_image``
+        (the last block's values behind ``knn`` and each method's ``auc``, one per
+        validation image in order: ``knn`` (num_val,) 0/1 hits and ``auc`` method
+        -> (num_val,), nan where an image has no foreground or no background; for
+        paired comparisons, :func:`paired_gain`). ``map_images`` and
+        ``per_image`` stay out of ``report.json``.
     """
     from mmdinomamba.evaluation import bootstrap_ci
     names = [s.name for s in specs]
@@ -533,18 +542,24 @@ def compare_models(specs: Sequence[ModelSpec],
         print(f'[{spec.name}] {spec.config} '
               f'({spec.checkpoint or "random init"})', flush=True)
         backbone = load_model(spec, seed)
-        train_m = measure_backbone(backbone, train, with_maps=False,
+        train_m = measure_backbone(backbone, train, layers, with_maps=False,
                                    batch_size=batch_size, device=device,
                                    progress=progress)
-        val_m = measure_backbone(backbone, val, batch_size=batch_size, device=device,
-                                 progress=progress, map_methods=map_methods)
+        val_m = measure_backbone(backbone, val, layers, batch_size=batch_size,
+                                 device=device, progress=progress,
+                                 map_methods=map_methods)
         layers = sorted(val_m.readouts)
-        knn_by_layer = {i: ci(knn_hits(train_m, train.labels, val_m, val.labels, i,
-                                       k, temperature)) for i in layers}
+        hits = {i: knn_hits(train_m, train.labels, val_m, val.labels, i, k,
+                            temperature) for i in layers}
+        knn_by_layer = {i: ci(h) for i, h in hits.items()}
+        # per image: the mean over heads of each head's AUC
+        head_mean_auc = {method: {i: np.nanmean(a[:, :-1], axis=1)
+                                  for i, a in by_layer.items()}
+                         for method, by_layer in val_m.aucs.items()}
         auc_by_method = {}
         for method, by_layer in val_m.aucs.items():
             auc_by_method[method] = [dict(
-                layer=i, auc=ci(np.nanmean(a[:, :-1], axis=1)),
+                layer=i, auc=ci(head_mean_auc[method][i]),
                 mean_map_auc=ci(a[:, -1]),
                 heads=[float(np.nanmean(a[:, h])) for h in range(a.shape[1] - 1)])
                 for i, a in sorted(by_layer.items())]
@@ -562,17 +577,58 @@ def compare_models(specs: Sequence[ModelSpec],
         models.append(dict(
             name=spec.name, config=spec.config, checkpoint=spec.checkpoint,
             probe_config=spec.probe_config, probe_checkpoint=spec.probe_checkpoint,
-            type=type(backbone).__name__, depth=len(layers),
+            type=type(backbone).__name__, depth=as_backbone(backbone).num_layers,
             kind=mixer_info(as_backbone(backbone).token_mixer(0)).kind,
             knn=knn_by_layer[layers[-1]], knn_by_layer=knn_by_layer, probe=probe,
             auc_by_method=auc_by_method, auc_by_layer=auc_by_method[map_methods[0]],
-            ranks=ranks, map_images=last_maps))
+            ranks=ranks, map_images=last_maps,
+            per_image=dict(knn=hits[layers[-1]],
+                           auc={m: a[layers[-1]] for m, a in head_mean_auc.items()})))
         backbone.cpu()
     meta = dict(num_train=len(train), num_val=len(val), image_size=list(
         val.images.shape[-2:]), k=k, temperature=temperature, rank_images=rank_images,
         chunk=chunk, num_resamples=num_resamples, seed=seed, level=0.95,
         device=device, map_paths=val.paths[:4], map_methods=list(map_methods))
     return dict(meta=meta, models=models)
+
+
+def paired_gain(base: dict, other: dict, measure: str = 'knn',
+                num_resamples: int = 1000, seed: int = 0):
+    """How much ``other`` beats ``base`` on the same validation images.
+
+    The per-image difference ``other - base`` of ``measure`` at the last block
+    (k-NN hits, or the head-mean Binary-AUC of the map method ``measure``), its
+    mean and percentile bootstrap interval: the images are resampled together,
+    so what is hard or easy for both models cancels, and the interval is
+    narrower than the two models' own intervals side by side. Images where
+    either value is nan are left out.
+
+    Args:
+        base (dict), other (dict): two entries of ``compare_models(...)['models']``
+            measured on the same validation split.
+        measure (str): ``'knn'`` or a map method of both (e.g. ``'attention'``).
+        num_resamples (int): bootstrap resamples. Defaults to 1000.
+        seed (int): bootstrap seed. Defaults to 0.
+
+    Returns:
+        BootstrapCI: the mean difference (a fraction for k-NN) and its interval.
+    """
+    from mmdinomamba.evaluation import bootstrap_ci
+
+    def values(model):
+        per_image = model['per_image']
+        if measure == 'knn':
+            return per_image['knn']
+        if measure not in per_image['auc']:
+            raise ValueError(f'{model["name"]!r} has no {measure!r} map; measured: '
+                             f'knn, {", ".join(per_image["auc"])}')
+        return per_image['auc'][measure]
+
+    a, b = values(base), values(other)
+    if a.shape != b.shape:
+        raise ValueError(f'{base["name"]!r} and {other["name"]!r} were measured on '
+                         f'different images ({a.size} and {b.size} values)')
+    return bootstrap_ci(b - a, num_resamples=num_resamples, seed=seed)
 
 
 def measure_maps(backbone: nn.Module, images: Tensor,

@@ -117,7 +117,8 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
 def _json_ready(results: dict) -> dict:
     out = dict(meta=results['meta'], models=[])
     for m in results['models']:
-        out['models'].append({k: v for k, v in m.items() if k != 'map_images'})
+        out['models'].append({k: v for k, v in m.items()
+                              if k not in ('map_images', 'per_image')})
     return out
 
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from mmdinomamba.analysis.adapters import as_backbone
 from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, knn_hits,
                                              load_model, load_split,
-                                             measure_backbone, rank_by_layer)
+                                             measure_backbone, paired_gain,
+                                             rank_by_layer)
 from mmdinomamba.analysis.mixing import (capture_mixer_inputs, mixer_info,
                                          mixing_matrices)
 from mmdinomamba.datasets import make_toy_dataset
@@ -238,6 +239,58 @@ def test_compare_models_and_cli_report(tmp_path, data, configs, load_tool):
     assert '## Binary-AUC by block, cosine map' in text
     ci = report['models'][1]['knn']
     assert ci['low'] <= ci['mean'] <= ci['high'] and ci['num'] == len(val)
+
+
+def test_per_image_values_and_paired_gain(data, configs):
+    """The per-image values behind each summary, and the gain of one model over
+    another on the same images against a direct loop over the bootstrap draws."""
+    _, train, val = data
+    report = compare_models([ModelSpec('vim', configs['dinovim']),
+                             ModelSpec('lin', configs['linearvit'])], train, val,
+                            rank_images=0, num_resamples=200, progress=False,
+                            map_methods=('attention', 'cosine'))
+    vim, lin = report['models']
+    for m in (vim, lin):
+        assert m['per_image']['knn'].shape == (len(val), )
+        assert m['per_image']['knn'].mean() == pytest.approx(m['knn']['mean'])
+        for method in ('attention', 'cosine'):
+            values = m['per_image']['auc'][method]
+            assert values.shape == (len(val), )
+            assert np.nanmean(values) == pytest.approx(
+                m['auc_by_method'][method][-1]['auc']['mean'])
+    for measure, a, b in (('knn', vim['per_image']['knn'], lin['per_image']['knn']),
+                          ('cosine', vim['per_image']['auc']['cosine'],
+                           lin['per_image']['auc']['cosine'])):
+        gain = paired_gain(vim, lin, measure, num_resamples=200, seed=3)
+        keep = ~(np.isnan(a) | np.isnan(b))
+        diff = (b - a)[keep]
+        draws = np.random.default_rng(3).integers(0, diff.size, (200, diff.size))
+        means = np.array([diff[row].mean() for row in draws])
+        assert gain.mean == pytest.approx(diff.mean())
+        assert gain.num == keep.sum()
+        assert (gain.low, gain.high) == pytest.approx(
+            tuple(np.percentile(means, [2.5, 97.5])))
+    # measuring the last block only gives the same last-block figures
+    last = compare_models([ModelSpec('vim', configs['dinovim'])], train, val,
+                          rank_images=0, num_resamples=200, progress=False,
+                          map_methods=('attention', 'cosine'),
+                          layers=[-1])['models'][0]
+    assert last['knn'] == pytest.approx(vim['knn']) and last['depth'] == 2
+    assert [r['layer'] for r in last['auc_by_method']['attention']] == [1]
+    assert last['auc_by_method']['attention'][0]['auc'] == pytest.approx(
+        vim['auc_by_method']['attention'][-1]['auc'])
+    np.testing.assert_array_equal(last['per_image']['knn'], vim['per_image']['knn'])
+    # a model against itself gains exactly nothing
+    same = paired_gain(vim, vim, 'attention')
+    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="'vim' has no 'grad' map"):
+        paired_gain(vim, lin, 'grad')
+    shorter = dict(lin, per_image=dict(knn=lin['per_image']['knn'][:-1], auc={}))
+    with pytest.raises(ValueError, match='measured on different images'):
+        paired_gain(vim, shorter)
+    # the per-image values stay out of the JSON report (the CLI test writes one)
+    from mmdinomamba.analysis.comparison_report import _json_ready
+    assert all('per_image' not in m for m in _json_ready(report)['models'])
 
 
 def test_cli_bad_inputs_exit_with_a_message(tmp_path, data, configs, load_tool):

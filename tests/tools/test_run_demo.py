@@ -30,32 +30,38 @@ def test_the_verdict_needs_a_higher_mean_on_both_measures(demo):
     random_init = dict(knn=BootstrapCI(0.30, 0.25, 0.35, 200),
                        auc=BootstrapCI(0.50, 0.49, 0.51, 200), auc_cosine=cosine,
                        num_bank=64, num_val=200)
-    apart = dict(knn=BootstrapCI(0.45, 0.38, 0.52, 200),
-                 auc=BootstrapCI(0.55, 0.53, 0.57, 200), auc_cosine=cosine,
-                 num_bank=64, num_val=200)
-    overlapping = dict(apart, knn=BootstrapCI(0.34, 0.28, 0.40, 200))
-    assert demo.verdict(random_init, apart) == (
-        'DINO teacher k-NN: beats random init (intervals apart); Binary-AUC '
-        '(attention map): beats random init (intervals apart)', True)
-    sentence, passed = demo.verdict(random_init, overlapping)
-    assert passed and 'k-NN: beats random init (intervals overlap)' in sentence
+    sure = dict(knn=BootstrapCI(0.15, 0.08, 0.22, 200),
+                auc=BootstrapCI(0.05, 0.04, 0.06, 200))
+    better = dict(knn=BootstrapCI(0.45, 0.38, 0.52, 200),
+                  auc=BootstrapCI(0.55, 0.53, 0.57, 200), auc_cosine=cosine,
+                  num_bank=64, num_val=200, gain=sure)
+    unsure = dict(better, knn=BootstrapCI(0.34, 0.28, 0.40, 200),
+                  gain=dict(sure, knn=BootstrapCI(0.04, -0.02, 0.10, 200)))
+    assert demo.verdict(random_init, better) == (
+        'DINO teacher k-NN: beats random init (gain interval above 0); Binary-AUC '
+        '(attention map): beats random init (gain interval above 0)', True)
+    sentence, passed = demo.verdict(random_init, unsure)
+    assert passed and 'k-NN: beats random init (gain interval includes 0)' in sentence
     # a tie or a lower mean on either measure fails the demo; the cosine map's
     # AUC is not judged
-    for worse in (dict(apart, knn=random_init['knn']),
-                  dict(apart, auc=BootstrapCI(0.49, 0.48, 0.50, 200)),
-                  random_init):
+    for worse in (dict(better, knn=random_init['knn']),
+                  dict(better, auc=BootstrapCI(0.49, 0.48, 0.50, 200)),
+                  dict(random_init, gain=sure)):
         sentence, passed = demo.verdict(random_init, worse)
         assert not passed and 'does not beat random init' in sentence
-    assert demo.verdict(random_init, dict(apart, auc_cosine=BootstrapCI(
+    assert demo.verdict(random_init, dict(better, auc_cosine=BootstrapCI(
         0.1, 0.0, 0.2, 200)))[1]
     # the demo's last step prints the verdict and fails on it
     falling = {1: 7.0, 10: 6.5}
-    demo.final_checks(falling, falling, 1024, random_init, overlapping)
+    demo.final_checks(falling, falling, 1024, random_init, unsure)
     with pytest.raises(SystemExit, match='does not beat its random init'):
-        demo.final_checks(falling, falling, 1024, random_init, random_init)
-    lines = demo.side_by_side(random_init, apart).splitlines()
-    assert '30.0 [25.0, 35.0]' in lines[0] and '45.0 [38.0, 52.0]' in lines[0]
+        demo.final_checks(falling, falling, 1024, random_init,
+                          dict(random_init, gain=sure))
+    lines = demo.side_by_side(random_init, unsure).splitlines()
+    assert '30.0 [25.0, 35.0]' in lines[0] and '34.0 [28.0, 40.0]' in lines[0]
+    assert lines[0].endswith('gain   +4.0 [-2.0, +10.0]')
     assert '0.500 [0.490, 0.510]' in lines[1] and '0.550 [0.530, 0.570]' in lines[1]
+    assert lines[1].endswith('gain +0.050 [+0.040, +0.060]')
     assert 'attention map' in lines[1] and 'cosine map' in lines[2]
     assert lines[2].count('0.200 [0.180, 0.220]') == 2
 
@@ -93,6 +99,11 @@ def test_held_out_measures_on_a_tiny_toy_set(demo, tmp_path):
         for key, method in (('auc', 'attention'), ('auc_cosine', 'cosine')):
             per_image = next(iter(c[method].values()))[:, :-1].mean(axis=1)
             assert got[key].mean == pytest.approx(per_image.mean())
+    # the teacher's gains are paired differences of those per-image values
+    for key in ('knn', 'auc'):
+        assert dino['gain'][key].mean == pytest.approx(
+            dino[key].mean - random_init[key].mean)
+        assert dino['gain'][key].num == 6
 
 
 def test_cfg_options_reach_the_dino_run(demo, tmp_path, monkeypatch):
