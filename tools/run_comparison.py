@@ -328,7 +328,8 @@ def main(argv=None) -> None:
         # architecture override, the random init must match the teacher)
         config = CONFIGS[name]
         compare += ['--model', f'{name}-dino', config, teacher,
-                    '--model', f'{name}-random', config, init]
+                    '--model', f'{name}-random', config, init,
+                    '--pair', f'{name}-dino', f'{name}-random']
     for model, (config, ckpt) in probes.items():
         compare += ['--probe', model, config, ckpt]
     if arch_opts:

@@ -45,8 +45,8 @@ Tensor = torch.Tensor
 
 __all__ = ['ImageSplit', 'Measurement', 'ModelSpec', 'compare_models',
            'load_model', 'load_split', 'map_aucs', 'measure_backbone', 'knn_hits',
-           'paired_gain', 'preprocess_image', 'preprocess_label_map', 'probe_hits',
-           'rank_by_layer']
+           'paired_gain', 'paired_gains', 'preprocess_image', 'preprocess_label_map',
+           'probe_hits', 'rank_by_layer']
 
 
 @dataclass
@@ -629,6 +629,37 @@ def paired_gain(base: dict, other: dict, measure: str = 'knn',
         raise ValueError(f'{base["name"]!r} and {other["name"]!r} were measured on '
                          f'different images ({a.size} and {b.size} values)')
     return bootstrap_ci(b - a, num_resamples=num_resamples, seed=seed)
+
+
+def paired_gains(results: dict, pairs: Sequence[Sequence[str]],
+                 num_resamples: int = 1000, seed: int = 0) -> List[dict]:
+    """:func:`paired_gain` for named pairs of the models of ``results``.
+
+    Args:
+        results (dict): the output of :func:`compare_models`.
+        pairs (Sequence[Sequence[str]]): ``(model, base)`` names, e.g. a DINO
+            teacher and the weights its run started from.
+        num_resamples (int): bootstrap resamples. Defaults to 1000.
+        seed (int): bootstrap seed. Defaults to 0.
+
+    Returns:
+        list[dict]: per pair ``model``, ``base``, ``knn`` (a BootstrapCI dict of
+        the k-NN gain) and ``auc`` (map method -> the Binary-AUC gain), last block.
+    """
+    models = {m['name']: m for m in results['models']}
+    out = []
+    for name, base in pairs:
+        for n in (name, base):
+            if n not in models:
+                raise ValueError(f'pair ({name}, {base}): no model {n!r}; models: '
+                                 f'{sorted(models)}')
+        a, b = models[base], models[name]
+        out.append(dict(
+            model=name, base=base,
+            knn=paired_gain(a, b, 'knn', num_resamples, seed).as_dict(),
+            auc={m: paired_gain(a, b, m, num_resamples, seed).as_dict()
+                 for m in results['meta']['map_methods']}))
+    return out
 
 
 def measure_maps(backbone: nn.Module, images: Tensor,

@@ -41,11 +41,12 @@ MAP_WORDS = {
 
 
 
-def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
+def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3, sign: str = '') -> str:
+    """``mean [low, high]``; ``sign='+'`` writes the sign of each (for gains)."""
     if c is None:
         return '—'
-    return (f'{c["mean"] * scale:.{digits}f} [{c["low"] * scale:.{digits}f}, '
-            f'{c["high"] * scale:.{digits}f}]')
+    return (f'{c["mean"] * scale:{sign}.{digits}f} [{c["low"] * scale:{sign}.{digits}f}, '
+            f'{c["high"] * scale:{sign}.{digits}f}]')
 
 
 def format_markdown(results: dict, title: str = 'Token mixers side by side') -> str:
@@ -77,6 +78,19 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
         lines.append(
             f'| {m["name"]} | {m["kind"]} | {m["checkpoint"] or "random init"} | '
             f'{_ci(m["knn"], 100, 1)} | {_ci(m["probe"], 100, 1)} | {cells}')
+    if results.get('pairs'):
+        lines += ['', '## Paired gains (last block)', '',
+                  'Each model against its base on the same images: the mean '
+                  'per-image difference and its bootstrap interval, the images '
+                  'resampled together.', '',
+                  '| model | over | k-NN gain (points) | ' +
+                  ''.join(f'Binary-AUC gain ({k} map) | ' for k in methods),
+                  '|---|---|---|' + '---|' * len(methods)]
+        for pair in results['pairs']:
+            lines.append(f'| {pair["model"]} | {pair["base"]} | '
+                         f'{_ci(pair["knn"], 100, 1, "+")} | ' +
+                         ''.join(f'{_ci(pair["auc"][k], sign="+")} | '
+                                 for k in methods))
     lines += ['', '![Binary-AUC against depth](auc_vs_depth.png)', '']
     for k in methods:
         lines += [f'## Binary-AUC by block, {k} map (mean over heads; head-mean '
@@ -115,7 +129,7 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
 
 
 def _json_ready(results: dict) -> dict:
-    out = dict(meta=results['meta'], models=[])
+    out = dict(meta=results['meta'], models=[], pairs=results.get('pairs', []))
     for m in results['models']:
         out['models'].append({k: v for k, v in m.items()
                               if k not in ('map_images', 'per_image')})

@@ -12,7 +12,7 @@ from mmdinomamba.analysis.adapters import as_backbone
 from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, knn_hits,
                                              load_model, load_split,
                                              measure_backbone, paired_gain,
-                                             rank_by_layer)
+                                             paired_gains, rank_by_layer)
 from mmdinomamba.analysis.mixing import (capture_mixer_inputs, mixer_info,
                                          mixing_matrices)
 from mmdinomamba.datasets import make_toy_dataset
@@ -211,6 +211,7 @@ def test_compare_models_and_cli_report(tmp_path, data, configs, load_tool):
     tool.main(['--out-dir', out, '--data-root', root, '--img-size', str(SIZE),
                '--model', 'vim', configs['dinovim'], 'random',
                '--model', 'lin', configs['linearvit'], 'random',
+               '--pair', 'lin', 'vim',
                '--rank-images', '1', '--chunk', '4', '--num-resamples', '50',
                '--no-progress'])
     with open(osp.join(out, 'report.json')) as f:
@@ -239,6 +240,15 @@ def test_compare_models_and_cli_report(tmp_path, data, configs, load_tool):
     assert '## Binary-AUC by block, cosine map' in text
     ci = report['models'][1]['knn']
     assert ci['low'] <= ci['mean'] <= ci['high'] and ci['num'] == len(val)
+    # --pair: lin's gain over vim, the difference of their per-image values
+    [pair] = report['pairs']
+    assert (pair['model'], pair['base']) == ('lin', 'vim')
+    assert pair['knn']['mean'] == pytest.approx(
+        report['models'][1]['knn']['mean'] - report['models'][0]['knn']['mean'])
+    assert set(pair['auc']) == {'attention', 'cosine'}
+    assert '## Paired gains (last block)' in text and '| lin | vim |' in text
+    knn_gain = 100 * pair['knn']['mean']
+    assert f'| lin | vim | {knn_gain:+.1f} [' in text  # gains carry their sign
 
 
 def test_per_image_values_and_paired_gain(data, configs):
@@ -280,6 +290,13 @@ def test_per_image_values_and_paired_gain(data, configs):
     assert last['auc_by_method']['attention'][0]['auc'] == pytest.approx(
         vim['auc_by_method']['attention'][-1]['auc'])
     np.testing.assert_array_equal(last['per_image']['knn'], vim['per_image']['knn'])
+    # named pairs: the same gains, every map method
+    [pair] = paired_gains(report, [('lin', 'vim')], num_resamples=200, seed=3)
+    assert pair['knn'] == paired_gain(vim, lin, 'knn', 200, 3).as_dict()
+    assert pair['auc']['cosine'] == paired_gain(vim, lin, 'cosine', 200, 3).as_dict()
+    assert set(pair['auc']) == {'attention', 'cosine'}
+    with pytest.raises(ValueError, match="no model 'x'"):
+        paired_gains(report, [('lin', 'x')])
     # a model against itself gains exactly nothing
     same = paired_gain(vim, vim, 'attention')
     assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
@@ -304,6 +321,9 @@ def test_cli_bad_inputs_exit_with_a_message(tmp_path, data, configs, load_tool):
     with pytest.raises(SystemExit, match='names no --model'):
         tool.main(base + ['--model', 'vim', configs['dinovim'], 'random',
                           '--probe', 'other', configs['dinovim'], 'x.pth'])
+    with pytest.raises(SystemExit, match="--pair vim x: 'x' names no --model"):
+        tool.main(base + ['--model', 'vim', configs['dinovim'], 'random',
+                          '--pair', 'vim', 'x'])
     with pytest.raises(SystemExit, match='given twice'):
         tool.main(base + ['--model', 'v', configs['dinovim'], 'random',
                           '--model', 'v', configs['dinovim'], 'random'])

@@ -200,6 +200,12 @@ def test_cpu_run_end_to_end(tmp_path, script):
     assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear'}
     assert all(m['depth'] == 2 for m in report['models'])
     assert report['meta']['num_val'] == 12
+    # each teacher's paired gain over its own start
+    assert [(p['model'], p['base']) for p in report['pairs']] == [
+        (f'{n}-dino', f'{n}-random') for n in ('vit', 'dinovim', 'linearvit')]
+    for pair in report['pairs']:
+        assert pair['knn']['mean'] == pytest.approx(
+            models[pair['model']]['knn']['mean'] - models[pair['base']]['knn']['mean'])
     for name in ('report.md', 'auc_vs_depth.png', 'rank_vs_depth.png',
                  'activation_maps.png'):
         assert osp.getsize(osp.join(work, 'report', name)) > 0

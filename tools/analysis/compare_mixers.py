@@ -7,12 +7,15 @@ and ``activation_maps.png`` to ``--out-dir`` (see docs/comparison.md)::
         --data-root data/toy_rich \\
         --model vit configs/compare/vit.py work_dirs/compare/vit_teacher.pth \\
         --model vit-random configs/compare/vit.py random \\
-        --probe vit configs/compare/probe_vit.py work_dirs/compare/probe_vit.pth
+        --probe vit configs/compare/probe_vit.py work_dirs/compare/probe_vit.pth \\
+        --pair vit vit-random
 
 Each ``--model NAME CONFIG CHECKPOINT`` is a backbone (``model.backbone`` or
 ``model`` of CONFIG) with weights from CHECKPOINT, or ``random`` for its seeded
 random initialisation. ``--probe NAME PROBE_CONFIG PROBE_CHECKPOINT`` adds the
-linear-probe accuracy of model NAME. ``--maps`` picks the activation maps that
+linear-probe accuracy of model NAME. ``--pair NAME BASE`` adds NAME's gain over
+BASE on k-NN and each map's Binary-AUC (last block), with a paired bootstrap
+interval (the same images resampled for both). ``--maps`` picks the activation maps that
 Binary-AUC scores ('attention': the readout's row of the mixing matrix; 'cosine':
 the readout's cosine with every patch; both by default, the first is the headline
 one). The data are an ImageNet-style split: an
@@ -25,7 +28,8 @@ import sys
 from mmengine.config import DictAction
 
 from mmdinomamba.analysis.activation_maps import METHODS
-from mmdinomamba.analysis.comparison import ModelSpec, compare_models, load_split
+from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, load_split,
+                                             paired_gains)
 from mmdinomamba.analysis.comparison_report import display, write_comparison_report
 
 
@@ -37,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--probe', nargs=3, action='append', default=[],
                         metavar=('NAME', 'PROBE_CONFIG', 'PROBE_CHECKPOINT'),
                         help='the trained linear probe of model NAME')
+    parser.add_argument('--pair', nargs=2, action='append', default=[],
+                        metavar=('NAME', 'BASE'),
+                        help="report NAME's gain over BASE (two --model names) on "
+                        'the same images, with a paired bootstrap interval')
     parser.add_argument('--out-dir', required=True, help='report folder')
     parser.add_argument('--data-root', required=True, help='dataset root')
     parser.add_argument('--train-ann', default='meta/train.txt')
@@ -94,6 +102,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         specs = specs_from_args(args.model, args.probe, args.cfg_options)
+        names = [s.name for s in specs]
+        for pair in args.pair:
+            for name in pair:
+                if name not in names:
+                    raise ValueError(f'--pair {" ".join(pair)}: {name!r} names no '
+                                     f'--model; models: {sorted(names)}')
         train = load_split(args.data_root, args.train_ann, args.train_prefix,
                            args.img_size, limit=args.max_train)
         val = load_split(args.data_root, args.val_ann, args.val_prefix,
@@ -104,6 +118,8 @@ def main(argv=None) -> None:
             num_resamples=args.num_resamples, seed=args.seed,
             batch_size=args.batch_size, device=args.device,
             progress=not args.no_progress, map_methods=args.maps)
+        results['pairs'] = paired_gains(results, args.pair, args.num_resamples,
+                                        args.seed)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f'compare_mixers: {err}')
     paths = write_comparison_report(results, args.out_dir, display(val.images[:4]),
