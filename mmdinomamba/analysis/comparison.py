@@ -146,7 +146,9 @@ def load_split(data_root: str,
         size (int): side of the preprocessed images (and label maps).
         mask_prefix (str, optional): label-map folder relative to ``data_root``
             (PNG at the image's relative path, extension ``.png``); None = no masks.
-        limit (int, optional): keep only the first ``limit`` lines.
+        limit (int, optional): keep only ``limit`` lines, evenly spaced over
+            the file (line ``i * n // limit`` for i < limit, of n), so that a
+            file sorted by class keeps every class.
 
     Returns:
         ImageSplit: the split.
@@ -160,7 +162,10 @@ def load_split(data_root: str,
     with open(ann) as f:
         lines = [line.split() for line in f if line.strip()]
     if limit is not None:
-        lines = lines[:limit]
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f'limit must be a positive int, got {limit!r}')
+        lines = [lines[i * len(lines) // limit]
+                 for i in range(min(limit, len(lines)))]
     if not lines:
         raise ValueError(f'{ann} lists no images')
     images, labels, maps, paths = [], [], [], []

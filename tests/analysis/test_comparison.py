@@ -60,6 +60,14 @@ def test_load_split_reads_images_labels_and_masks(data):
     for labels, image_class in zip(val.label_maps, val.labels):
         ids, counts = labels[labels > 0].unique(return_counts=True)
         assert int(ids[counts.argmax()]) == int(image_class) + 1
+    # a limit keeps lines spread over the class-sorted list: every class
+    some = load_split(root, 'meta/train.txt', 'train', SIZE, limit=6)
+    assert some.paths == [train.paths[i] for i in (0, 4, 8, 12, 16, 20)]
+    assert some.labels.tolist() == [0, 0, 1, 1, 2, 2]
+    assert torch.equal(some.images, train.images[::4])
+    assert len(load_split(root, 'meta/train.txt', 'train', SIZE, limit=99)) == 24
+    with pytest.raises(ValueError, match='limit must be a positive int'):
+        load_split(root, 'meta/train.txt', 'train', SIZE, limit=0)
 
 
 @pytest.mark.parametrize('name', sorted(MODELS))

@@ -54,8 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--mask-prefix', default='masks/val',
                         help='label maps of the validation images')
     parser.add_argument('--img-size', type=int, default=64, help='input side (px)')
-    parser.add_argument('--max-train', type=int, help='first N training images')
-    parser.add_argument('--max-val', type=int, help='first N validation images')
+    parser.add_argument('--max-train', type=int,
+                        help='N training images, evenly spaced over the list')
+    parser.add_argument('--max-val', type=int,
+                        help='N validation images, evenly spaced over the list '
+                        '(a list sorted by class keeps every class)')
     parser.add_argument('--k', type=int, default=20, help='k-NN neighbours')
     parser.add_argument('--temperature', type=float, default=0.07,
                         help='k-NN vote temperature')
