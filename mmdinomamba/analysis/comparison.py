@@ -553,9 +553,9 @@ def compare_models(specs: Sequence[ModelSpec],
         val_m = measure_backbone(backbone, val, layers, batch_size=batch_size,
                                  device=device, progress=progress,
                                  map_methods=map_methods)
-        layers = sorted(val_m.readouts)
+        measured = sorted(val_m.readouts)  # this model's blocks
         hits = {i: knn_hits(train_m, train.labels, val_m, val.labels, i, k,
-                            temperature) for i in layers}
+                            temperature) for i in measured}
         knn_by_layer = {i: ci(h) for i, h in hits.items()}
         # per image: the mean over heads of each head's AUC
         head_mean_auc = {method: {i: np.nanmean(a[:, :-1], axis=1)
@@ -584,11 +584,11 @@ def compare_models(specs: Sequence[ModelSpec],
             probe_config=spec.probe_config, probe_checkpoint=spec.probe_checkpoint,
             type=type(backbone).__name__, depth=as_backbone(backbone).num_layers,
             kind=mixer_info(as_backbone(backbone).token_mixer(0)).kind,
-            knn=knn_by_layer[layers[-1]], knn_by_layer=knn_by_layer, probe=probe,
+            knn=knn_by_layer[measured[-1]], knn_by_layer=knn_by_layer, probe=probe,
             auc_by_method=auc_by_method, auc_by_layer=auc_by_method[map_methods[0]],
             ranks=ranks, map_images=last_maps,
-            per_image=dict(knn=hits[layers[-1]],
-                           auc={m: a[layers[-1]] for m, a in head_mean_auc.items()})))
+            per_image=dict(knn=hits[measured[-1]],
+                           auc={m: a[measured[-1]] for m, a in head_mean_auc.items()})))
         backbone.cpu()
     meta = dict(num_train=len(train), num_val=len(val), image_size=list(
         val.images.shape[-2:]), k=k, temperature=temperature, rank_images=rank_images,

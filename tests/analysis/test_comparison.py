@@ -305,6 +305,17 @@ def test_per_image_values_and_paired_gain(data, configs):
     assert set(pair['auc']) == {'attention', 'cosine'}
     with pytest.raises(ValueError, match="no model 'x'"):
         paired_gains(report, [('lin', 'x')])
+    # models of different depths side by side: each is measured at every one of
+    # its own blocks, the same as alone
+    deeper = write_config(osp.dirname(configs['linearvit']), 'deeper', dict(
+        MODELS['linearvit'], arch=dict(MODELS['linearvit']['arch'], num_layers=3)))
+    both = compare_models([ModelSpec('vim', configs['dinovim']),
+                           ModelSpec('deep', deeper)], train, val, rank_images=0,
+                          num_resamples=200, progress=False)['models']
+    alone = compare_models([ModelSpec('deep', deeper)], train, val, rank_images=0,
+                           num_resamples=200, progress=False)['models'][0]
+    assert [r['layer'] for r in both[1]['auc_by_method']['cosine']] == [0, 1, 2]
+    assert both[1]['knn'] == pytest.approx(alone['knn'])
     # a model against itself gains exactly nothing
     same = paired_gain(vim, vim, 'attention')
     assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
