@@ -19,17 +19,15 @@ process, so that ratios compare like with like:
   as ``Runner.train_step`` runs it, eager;
 * :func:`run_host`: the host's work for an eager DinoVim training step through the
   fused CUDA path, timed and counted on a CPU with the kernels skipped (no GPU
-  host's drift; :func:`fused_path_without_kernels`);
-* :func:`run_kernel`: the SSD op (:func:`mmdinomamba.ops.ssd`) on its own;
+  host's drift; :func:`mmdinomamba.ops.skip_kernels`);
+* :func:`run_kernel`: the SSD op (:func:`mmdinomamba.ops.ssd_scan`) on its own;
 * :func:`profile_model`: where one step of one model spends its time.
 
 Every timing is the median over ``repeats`` timed runs of ``iters`` steps each,
 after ``warmup`` untimed steps, with the device synchronised around each run.
 """
-import contextlib
 import datetime
 import gc
-import importlib
 import os.path as osp
 import platform
 import statistics
@@ -42,7 +40,7 @@ import torch
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.models.graphed_blocks import use_cuda_graphs
-from mmdinomamba.ops import resolve_backend, ssd, triton_available
+from mmdinomamba.ops import resolve_backend, skip_kernels, ssd_scan, triton_available
 
 # Backbones by name; 'vit-b' is the baseline every ratio refers to.
 MODELS = {
@@ -527,74 +525,12 @@ def format_table(rows: List[dict], baseline: Optional[str]) -> str:
 # --------------------------------------------------------------------------- #
 # Host mode: the fused path's host work, counted and timed on a CPU
 # --------------------------------------------------------------------------- #
-@contextlib.contextmanager
-def fused_path_without_kernels():
-    """Run the fused CUDA path's host side on CPU tensors, without its kernels.
-
-    Inside, the dispatchers take the fused path for CPU tensors as they do for CUDA
-    ones (:func:`mmdinomamba.ops.use_triton`, :func:`mmdinomamba.ops.uses_fused_core`)
-    and every Triton launch goes through the launcher's own work (its arguments and
-    key, as on CUDA) up to the launch itself, which is skipped and counted
-    (``launches[0]``). The torch operators around the kernels (allocations, views,
-    matrix products, reductions) run for real. The numbers computed are garbage (no
-    kernel writes its outputs), so the NaN checks are off; what is measured is the
-    host's work per step, which on a GPU box is what an eager step waits on, without
-    that host's drift (docs/benchmark.md). A measurement tool only.
-
-    Yields:
-        list: ``[launches]``, the count of skipped launches so far.
-    """
-    # the modules (ops/__init__ exports functions named like some of them)
-    fused, mixer, ssd, blocks_mod, launch_mod = map(importlib.import_module, (
-        'mmdinomamba.ops.fused', 'mmdinomamba.ops.mixer', 'mmdinomamba.ops.ssd',
-        'mmdinomamba.ops.blocks', 'mmdinomamba.ops.triton.launch'))
-
-    launches = [0]
-
-    class _Skipped:  # what the launcher keeps as a compiled kernel
-        function = packed_metadata = None
-
-        def run(self, *args):
-            launches[0] += 1
-
-    skipped = _Skipped()
-
-    def launch(self, grid, *args, **kwargs):  # Launcher.launch less the driver call
-        values = [*args, *map(kwargs.__getitem__, self.names[len(args):])]
-        key = self.key(0, values, kwargs)
-        kernel = self.compiled.setdefault(key, skipped)
-        grid = tuple(grid) + (1, 1)
-        kernel.run(grid[0], grid[1], grid[2], 0, kernel.function, kernel.packed_metadata,
-                   None, None, None, *values)
-        return kernel
-
-    def fused_core(zxbcdt, spec):
-        return spec.ssd_backend in ('auto', 'triton') and spec.d_conv == 4
-
-    patches = [(fused, 'use_triton', lambda t: True), (blocks_mod, 'use_triton',
-                                                       lambda t: True),
-               (mixer, 'uses_fused_core', fused_core),
-               (blocks_mod, 'uses_fused_core', fused_core),
-               (ssd, '_check_finite', lambda t: False),
-               (launch_mod.Launcher, 'launch', launch),
-               (launch_mod, '_launch_hooks_set', lambda: False),
-               (launch_mod, '_FAST_LAUNCH', True)]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
-    try:
-        for obj, name, value in patches:
-            setattr(obj, name, value)
-        yield launches
-    finally:
-        for obj, name, value in saved:
-            setattr(obj, name, value)
-        launch_mod._LAUNCHERS.clear()  # their compiled dicts hold the skipped kernel
-
-
 def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64,
                  warmup: int = 3, repeats: int = 7, iters: int = 5,
                  amp: Optional[torch.dtype] = None) -> Dict[str, object]:
     """The host's work for one eager training step (forward, backward) of a DinoVim
-    through the fused path, on the CPU (:func:`fused_path_without_kernels`).
+    through the fused path, on the CPU with the kernels skipped
+    (:func:`mmdinomamba.ops.skip_kernels`).
 
     The backbone has the spec's depth and layout at ``width`` channels, on
     ``batch`` images of ``img_size`` pixels (18 tokens at 64 px), so the torch
@@ -630,12 +566,12 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
             loss = _first(model(x)).float().square().mean()
         loss.backward()
 
-    with fused_path_without_kernels() as launches:
+    with skip_kernels() as dry:
         runs = time_ms(step, x.device, warmup, repeats, iters)
-        before = launches[0]
+        before = dry.launches
         step()
         return dict(host_ms=statistics.median(runs), host_ms_all=runs,
-                    launches=launches[0] - before, ops=operators_per_call(step),
+                    launches=dry.launches - before, ops=operators_per_call(step),
                     pycalls=python_calls_per_call(step))
 
 
@@ -911,14 +847,14 @@ def run_kernel(backends: Sequence[str], batch: int, seqlen: int, nheads: int,
 
             def fwd():
                 with torch.no_grad():
-                    return ssd(**inputs, dt_softplus=True, backend=backend)
+                    return ssd_scan(**inputs, dt_softplus=True, backend=backend)
 
             leaves = {k: v.detach().requires_grad_(k in grad_names)
                       for k, v in inputs.items()}
             dy = torch.randn(batch, seqlen, nheads, headdim, generator=gen).to(device, dtype)
 
             def fwd_bwd():
-                y = ssd(**leaves, dt_softplus=True, backend=backend)
+                y = ssd_scan(**leaves, dt_softplus=True, backend=backend)
                 torch.autograd.grad(y, [leaves[k] for k in grad_names], dy)
 
             t = time_ms(fwd, device, warmup, repeats, iters)

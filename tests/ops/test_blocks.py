@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mmdinomamba.models.backbones import DinoVim
-from mmdinomamba.ops import blocks, blocks_loop, uses_fused_blocks
+from mmdinomamba.ops import blocks_loop, run_blocks, uses_fused_blocks
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from test_ssd_triton_interpret import TOL, run_in_interpreter  # noqa: E402
@@ -48,8 +48,8 @@ def test_ref_is_the_blocks_one_after_the_other():
     g_want = torch.autograd.grad((want_h.sum() + want_res.square().sum()), weights)
     for a, b in zip(g, g_want):
         assert torch.equal(a, b)
-    assert not uses_fused_blocks(tokens, specs)  # a CPU tensor: blocks() runs the twin
-    [got] = blocks(tokens, params, specs, scales)
+    assert not uses_fused_blocks(tokens, specs)  # a CPU tensor: run_blocks() runs the twin
+    [got] = run_blocks(tokens, params, specs, scales)
     assert all(torch.equal(a, b) for a, b in zip(got, (h, residual)))
     # indices: the outputs of those blocks, none run after the last of them
     pairs = blocks_loop(tokens, params, specs, scales, indices=[1, 0, 1])

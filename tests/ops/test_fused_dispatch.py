@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mmdinomamba.ops import (add_rms_norm, resolve_backend, rms_norm, ssd,
+from mmdinomamba.ops import (add_rms_norm, resolve_backend, rms_norm, ssd_scan,
                              use_triton)
 
 
@@ -56,7 +56,7 @@ def test_ssd_rejects_nonfinite_dt_on_cpu():
     dt[0, 1, 0] = float('nan')
     B = torch.randn(1, 4, 1, 4)
     with pytest.raises(ValueError, match='NaN or Inf'):
-        ssd(x, dt, -torch.ones(2), B, B.clone())
+        ssd_scan(x, dt, -torch.ones(2), B, B.clone())
 
 
 def test_fast_paths_have_their_twins_signatures():

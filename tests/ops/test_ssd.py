@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from mmdinomamba.ops import (BACKENDS, resolve_backend, segsum, ssd, ssd_chunked,
+from mmdinomamba.ops import (BACKENDS, resolve_backend, segsum, ssd_chunked, ssd_scan,
                              ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 
 CHUNK = 8
@@ -165,7 +165,7 @@ def test_gradients_match_recurrence():
 @pytest.mark.parametrize('backend', ['chunked', 'quadratic', 'ref', 'auto'])
 def test_dispatch(backend):
     args, kwargs = make_inputs(seqlen=6)
-    y = ssd(**args, **kwargs, chunk_size=4, backend=backend)
+    y = ssd_scan(**args, **kwargs, chunk_size=4, backend=backend)
     torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
 
 
@@ -182,14 +182,14 @@ def test_auto_scans_float64_with_the_pytorch_backend_where_triton_is_chosen(monk
     """On CUDA 'auto' resolves to 'triton', whose kernels take no float64: float64
     must scan with 'chunked' (Triton is made to look available here; the choice
     reads only the device's type)."""
-    import mmdinomamba.ops.fused as fused
-    monkeypatch.setattr(fused, 'triton_available', lambda: True)
+    import mmdinomamba.ops.backend as backend
+    monkeypatch.setattr(backend, 'triton_available', lambda: True)
     cuda = torch.device('cuda')
     assert resolve_backend('auto', cuda, dtype=torch.float32) == 'triton'
     assert resolve_backend('auto', cuda, dtype=torch.float64) == 'chunked'
     args, kwargs = make_inputs(seqlen=6)
     assert args['x'].dtype == torch.float64
-    y = ssd(**args, **kwargs, chunk_size=4, backend='auto')
+    y = ssd_scan(**args, **kwargs, chunk_size=4, backend='auto')
     torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
 
 
@@ -217,7 +217,7 @@ def test_bad_input_names_the_argument(what, corrupt, name):
     args, kwargs = make_inputs(seqlen=6)
     corrupt(args, kwargs)
     with pytest.raises(ValueError, match=name):
-        ssd(**args, **kwargs, chunk_size=4)
+        ssd_scan(**args, **kwargs, chunk_size=4)
 
 
 # -- extreme steps and decays in float32 ------------------------------------------------

@@ -14,7 +14,7 @@ from mmengine.model.weight_init import trunc_normal_
 from mmdinomamba.models.graphed_blocks import GraphedBlocks
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
-from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, blocks
+from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, run_blocks
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
@@ -33,7 +33,7 @@ class MambaBlock(nn.Module):
     first block, whose input is the stream itself). ``scale`` (batch,) is the
     stochastic-depth factor of ``h``; None: the block draws its own. The add and the
     norm are one fused kernel on CUDA (:func:`mmdinomamba.ops.add_rms_norm`).
-    :func:`mmdinomamba.ops.blocks` runs a stack of these in one call.
+    :func:`mmdinomamba.ops.run_blocks` runs a stack of these in one call.
     """
 
     def __init__(self, dim: int, mixer_cfg: dict, drop_path: float = 0.0,
@@ -55,13 +55,13 @@ class MambaBlock(nn.Module):
         return self.mixer(normed), residual
 
     def params(self) -> BlockParams:
-        """The block's parameters as :func:`mmdinomamba.ops.blocks` takes them."""
+        """The block's parameters as :func:`mmdinomamba.ops.run_blocks` takes them."""
         in_proj = self.mixer.in_proj
         return BlockParams(self.norm.weight, in_proj.weight, in_proj.bias,
                            self.mixer.core_params())
 
     def spec(self) -> BlockSpec:
-        """The block's sizes as :func:`mmdinomamba.ops.blocks` takes them."""
+        """The block's sizes as :func:`mmdinomamba.ops.run_blocks` takes them."""
         return BlockSpec(self.norm.eps, self.mixer.spec)
 
 
@@ -106,7 +106,7 @@ class DinoVim(PlainBackbone):
         frozen_stages (int): freeze embeddings and this many blocks. Defaults to -1.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
         fused_blocks (bool): run the blocks in one call of
-            :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
+            :func:`mmdinomamba.ops.run_blocks` (on CUDA one autograd node of fused
             kernels: the least host work per eager step), for the last block's
             output and for several blocks' alike. False calls the block modules one
             at a time: the same numbers, for comparison. Defaults to True.
@@ -250,7 +250,7 @@ class DinoVim(PlainBackbone):
         """Run the blocks; return the (batch, seqlen, dim) output of each index.
 
         Stops after the last requested block. The blocks run in one call of
-        :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
+        :func:`mmdinomamba.ops.run_blocks` (on CUDA one autograd node of fused
         kernels), or, when only the last block's output is asked for, replayed from
         CUDA graphs after :meth:`use_cuda_graphs`. Hooks registered on a block, its
         mixer or ``in_proj`` see the calls they would see eagerly: with any of
@@ -291,10 +291,10 @@ class DinoVim(PlainBackbone):
     def _run_blocks(self, tokens: Tensor, indices: Optional[Sequence[int]] = None
                     ) -> List[Tuple[Tensor, Tensor]]:
         """``(h, residual)`` after each block of ``indices`` (default: the last),
-        through :func:`mmdinomamba.ops.blocks`."""
-        return blocks(tokens, [layer.params() for layer in self.layers],
-                      [layer.spec() for layer in self.layers], self._drop_scales(tokens),
-                      indices)
+        through :func:`mmdinomamba.ops.run_blocks`."""
+        return run_blocks(tokens, [layer.params() for layer in self.layers],
+                          [layer.spec() for layer in self.layers],
+                          self._drop_scales(tokens), indices)
 
     def _run_all_blocks(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
         """The last block's ``(h, residual)``, the way :meth:`forward_tokens` runs

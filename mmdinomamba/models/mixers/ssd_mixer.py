@@ -285,8 +285,3 @@ def _init_dt_bias(nheads: int, dt_min: float, dt_max: float, floor: float,
                    (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
     dt = dt.clamp(min=floor)
     return (dt + torch.log(-torch.expm1(-dt))).to(dtype)
-
-
-# Tag parameters that should not be weight-decayed (optimizer constructors and
-# paramwise_cfg.custom_keys read these names).
-NO_WEIGHT_DECAY = ('A_log', 'A_log_b', 'D', 'D_b', 'dt_bias', 'dt_b_bias')

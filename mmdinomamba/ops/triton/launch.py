@@ -13,6 +13,10 @@ launches.
 
 Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
 Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
+
+Inside :func:`mmdinomamba.ops.spec.skip_kernels` (a dry run, to measure the host's
+work) :func:`launch` hands out launchers that do the same work but for the driver's
+calls: the device and stream are 0 and every launch runs a stand-in that counts it.
 """
 import os
 from functools import partial
@@ -20,6 +24,8 @@ from operator import attrgetter, itemgetter
 from typing import Callable, Dict, List, Tuple
 
 import torch
+
+from ..spec import DryRun, dry_run
 
 Tensor = torch.Tensor
 
@@ -43,7 +49,7 @@ def next_power_of_2(n: int) -> int:
 def cast(t: Tensor, dtype: torch.dtype) -> Tensor:
     """``t.to(dtype)``, without an operator call when ``t`` already has ``dtype``: a
     no-op ``to`` still goes through the dispatcher, and an eager step's host time
-    follows the operators it issues (docs/benchmark.md, 2026-12-04)."""
+    follows the operators it issues (``benchmarks/README.md``, host mode)."""
     return t if t.dtype == dtype else t.to(dtype)
 
 
@@ -183,13 +189,49 @@ class Launcher:
         return kernel
 
 
+class _SkippedKernel:
+    """What a dry run's launcher keeps as the compiled kernel: running it counts."""
+    function = packed_metadata = None
+
+    def __init__(self, dry: DryRun):
+        self.dry = dry
+
+    def run(self, *args) -> None:
+        self.dry.launches += 1
+
+
+class _DryLauncher(Launcher):
+    """:meth:`Launcher.launch` less the driver: the arguments and the key as on CUDA
+    (device 0), then a launch of :class:`_SkippedKernel` (stream 0)."""
+
+    def __init__(self, kernel, dry: DryRun):
+        super().__init__(kernel)
+        self.skipped = _SkippedKernel(dry)
+
+    def launch(self, grid, *args, **kwargs):
+        values = [*args, *map(kwargs.__getitem__, self.names[len(args):])]
+        key = self.key(0, values, kwargs)
+        kernel = self.compiled.setdefault(key, self.skipped)
+        grid = tuple(grid) + (1, 1)
+        kernel.run(grid[0], grid[1], grid[2], 0, kernel.function, kernel.packed_metadata,
+                   None, None, None, *values)
+        return kernel
+
+
 # by the kernel's id: a JITFunction hashes by its source's cache key, through a lock
 _LAUNCHERS: Dict[int, Launcher] = {}
 
 
 def launch(kernel):
     """The :class:`Launcher` of ``kernel`` (one per kernel), or the kernel itself when
-    the fast path is off: ``launch(k)[grid](...)`` either way."""
+    the fast path is off: ``launch(k)[grid](...)`` either way. In a dry run, the
+    dry run's own launcher of ``kernel``."""
+    dry = dry_run()
+    if dry is not None:
+        launcher = dry.launchers.get(id(kernel))
+        if launcher is None:
+            launcher = dry.launchers[id(kernel)] = _DryLauncher(kernel, dry)
+        return launcher
     if not fast_launch_enabled():
         return kernel
     launcher = _LAUNCHERS.get(id(kernel))
