@@ -37,9 +37,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from mmdinomamba.engine import graphed_blocks
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
-from mmdinomamba.models.graphed_blocks import use_cuda_graphs
 from mmdinomamba.ops import resolve_backend, skip_kernels, ssd_scan, triton_available
 
 # Backbones by name; 'vit-b' is the baseline every ratio refers to.
@@ -50,9 +50,9 @@ MODELS = {
     'reg-b': dict(type='DinoVim', arch='base', num_registers=12),
     'linearvit-b': dict(type='LinearViT', arch='base'),
     'vit-b': dict(type='ViT', arch='base'),
-    # the blocks called one at a time (DinoVim(fused_blocks=False)): the eager path
-    # before the one-call stack, the same numbers
-    **{f'dinovim-{s}-loop': dict(type='DinoVim', arch=a, fused_blocks=False)
+    # the block modules called one at a time (the stack runner DinoVim.loop_blocks):
+    # the eager path before the one-call stack, the same numbers
+    **{f'dinovim-{s}-loop': dict(type='DinoVim', arch=a, stack_runner='loop')
        for s, a in (('t', 'tiny'), ('s', 'small'), ('b', 'base'))},
 }
 BASELINE = 'vit-b'
@@ -246,8 +246,23 @@ def build_model(spec: dict, img_size: int) -> torch.nn.Module:
     if cls is None:
         raise ValueError(f'benchmark: unknown model type {kind!r}; choose one of '
                          "'DinoVim', 'LinearViT', 'ViT'")
+    runner = cfg.pop('stack_runner', None)
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
-    return cls(img_size=img_size, **cfg)
+    model = cls(img_size=img_size, **cfg)
+    set_stack_runner(model, runner)
+    return model
+
+
+def set_stack_runner(model: torch.nn.Module, runner: Optional[str]) -> None:
+    """Set the blocks' runner of a DinoVim by name: None keeps its own (one call of
+    :func:`mmdinomamba.ops.run_blocks`); 'loop' calls the block modules one at a
+    time (:meth:`DinoVim.loop_blocks`: the same numbers, the eager path before the
+    one-call stack)."""
+    if runner not in (None, 'loop'):
+        raise ValueError(f"benchmark: stack_runner must be None or 'loop', "
+                         f'got {runner!r}')
+    if runner == 'loop':
+        model.stack_runner = model.loop_blocks
 
 
 def _first(out):
@@ -313,12 +328,13 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
     model's: its steps run as a user's loop would run them); with ``graph`` also
     the same steps replayed from a CUDA graph of our own (``*_graph_*`` keys),
     which removes the host's launch overhead. ``graph_blocks``: DinoVim's blocks
-    replayed from CUDA graphs in the eager steps (:func:`use_cuda_graphs`). Peak
+    replayed from CUDA graphs in the eager steps
+    (:func:`mmdinomamba.engine.graphed_blocks.graph_blocks`). Peak
     memory is the first run's.
     """
     model.to(device)
     if graph_blocks:
-        use_cuda_graphs(model)
+        graphed_blocks.graph_blocks(model)
     if compile_mode:
         model.compile(mode=compile_mode, dynamic=False)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
@@ -554,10 +570,12 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
     arch = cfg.pop('arch', 'base')
     depth = (DinoVim.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)[
         'num_layers']
+    runner = cfg.pop('stack_runner', None)
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     torch.manual_seed(0)
     model = DinoVim(arch=dict(embed_dims=width, num_layers=depth), img_size=img_size,
                     **cfg).train()
+    set_stack_runner(model, runner)
     x = torch.randn(batch, 3, img_size, img_size)
 
     def step():
@@ -677,7 +695,7 @@ def build_dino_step(config: str, device: torch.device, batch: Optional[int] = No
     hooked = any(h.get('type') == 'CUDAGraphBlocksHook'
                  for h in cfg.get('custom_hooks', []))
     if graph_blocks or (graph_blocks is None and hooked):
-        use_cuda_graphs(model)
+        graphed_blocks.graph_blocks(model)
     if compile_mode:
         compile_submodules(model, ['backbone', 'teacher.backbone'], mode=compile_mode,
                            dynamic=False)
@@ -730,7 +748,8 @@ def measure_dino_step(config: str, device: torch.device, warmup: int, repeats: i
         launches=launches_per_call(step, device),
         pycalls=python_calls_per_call(step),
         ops=operators_per_call(step),
-        graph_blocks=any(getattr(m, 'uses_cuda_graphs', False)
+        graph_blocks=any(isinstance(getattr(m, 'stack_runner', None),
+                                    graphed_blocks.GraphedStack)
                          for m in model.modules()))
     del step, model
     _reset_peak(device)

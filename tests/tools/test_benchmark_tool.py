@@ -140,25 +140,30 @@ def test_dino_step_compiles_both_backbones_when_asked():
 def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(tool):
     """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
     graphed blocks (they run eagerly here, on the CPU); the row says so."""
+    from mmdinomamba.engine.graphed_blocks import GraphedStack
+
+    def graphed(backbone):
+        return isinstance(backbone.stack_runner, GraphedStack)
+
     _, plain, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
-    assert not plain.backbone.uses_cuda_graphs
-    assert not plain.teacher['backbone'].uses_cuda_graphs
+    assert not graphed(plain.backbone)
+    assert not graphed(plain.teacher['backbone'])
     _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
                                         graph_blocks=True)
-    assert model.backbone.uses_cuda_graphs and model.teacher['backbone'].uses_cuda_graphs
+    assert graphed(model.backbone) and graphed(model.teacher['backbone'])
     hooked, hooked_model, _ = bench.build_dino_step(
         TOY_DINO, torch.device('cpu'), batch=2,
         cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
     rows = bench.run_dino_steps({'toy': TOY_DINO}, torch.device('cpu'), 0, 1, 1,
                                 host_batch=0, graph_blocks=True)
     assert rows[0]['graph_blocks'] and 'graph-blocks' in bench.format_dino_row(rows[0])
-    assert hooked_model.backbone.uses_cuda_graphs
+    assert graphed(hooked_model.backbone)
     assert torch.isfinite(hooked()['loss'])
     # graph_blocks=False (--eager-blocks): eager although the config holds the hook
     _, eager, _ = bench.build_dino_step(
         TOY_DINO, torch.device('cpu'), batch=2, graph_blocks=False,
         cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
-    assert not eager.backbone.uses_cuda_graphs
+    assert not graphed(eager.backbone)
     args = tool.parse_args(['dino-step', '--eager-blocks'])
     assert args.graph_blocks is False
     assert tool.parse_args(['dino-step']).graph_blocks is None
@@ -309,7 +314,7 @@ def test_host_mode_counts_the_fused_path_on_the_cpu(tool):
     from mmdinomamba.ops import spec
     specs = {'stack': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=3)),
              'loop': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=3),
-                          fused_blocks=False)}
+                          stack_runner='loop')}
     rows = bench.run_host(specs, baseline='loop', rounds=2, width=32, warmup=1,
                           repeats=2, iters=1)
     stack, loop = rows

@@ -2,9 +2,12 @@
 
 An eager DinoVim step issues a few dozen small launches per block from Python, 24
 blocks deep; the host then takes longer to issue a training step than the GPU takes
-to run it, and T, S and B train at one speed (docs/benchmark.md). :class:`GraphedBlocks`
-captures the whole stack once per input signature (shape, dtype, autocast state)
-and replays it: one launch for the forward and one for the backward of all blocks.
+to run it, and T, S and B train at one speed (``benchmarks/README.md``).
+:class:`GraphedBlocks` captures the whole stack once per input signature (shape,
+dtype, autocast state) and replays it: one launch for the forward and one for the
+backward of all blocks. :class:`GraphedStack` is the stack runner a backbone's seam
+takes (``DinoVim.stack_runner``), and :func:`graph_blocks` sets it on every backbone
+of a model (what :class:`~mmdinomamba.engine.hooks.CUDAGraphBlocksHook` does).
 
 * Training (grad enabled, and the input or a block's parameter needs a gradient):
   the forward and the backward (``torch.autograd.grad`` of the outputs) are
@@ -25,7 +28,7 @@ state is restored after each capture's warm-up, so a run that captures at step k
 (after a resume) draws what an uninterrupted run draws.
 """
 import warnings
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -267,12 +270,44 @@ def _capture_training(stack: _Stack, tokens: Tensor, warmup: int):
     return replay
 
 
-def use_cuda_graphs(model: nn.Module, enabled: bool = True) -> list:
-    """Call ``use_cuda_graphs(enabled)`` on every submodule of ``model`` that has it
-    (DinoVim); return their names ('' for ``model`` itself)."""
+class GraphedStack:
+    """A backbone's stack runner (its ``stack_runner`` seam) that replays from CUDA
+    graphs the calls running every block for the last one's output (training and
+    plain inference), through :class:`GraphedBlocks`; every other call (CPU inputs,
+    intermediate blocks' outputs, under ``torch.compile``) runs the backbone's own
+    :meth:`run_blocks`.
+
+    Args:
+        backbone (nn.Module): has ``layers``, ``training`` and
+            ``run_blocks(tokens, indices) -> [(h, residual), ...]`` (DinoVim).
+        **kwargs: ``warmup`` and ``max_signatures`` of :class:`GraphedBlocks`.
+    """
+
+    def __init__(self, backbone: nn.Module, **kwargs):
+        self.backbone = backbone
+        self.last = len(backbone.layers) - 1
+        self.graphs = GraphedBlocks(backbone.layers, self._run_all, **kwargs)
+
+    def _run_all(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
+        """The last block's ``(h, residual)`` the backbone's own way: what is
+        captured."""
+        return self.backbone.run_blocks(tokens, [self.last])[0]
+
+    def __call__(self, tokens: Tensor, indices: Sequence[int]) -> List[Tuple[Tensor, Tensor]]:
+        """``(h, residual)`` after each block of ``indices`` (sorted), as
+        ``backbone.run_blocks`` returns them."""
+        if list(indices) == [self.last] and self.graphs.takes(tokens):
+            return [self.graphs(tokens, self.backbone.training)]
+        return self.backbone.run_blocks(tokens, indices)
+
+
+def graph_blocks(model: nn.Module, enabled: bool = True) -> List[str]:
+    """Set a :class:`GraphedStack` as the stack runner of every submodule of
+    ``model`` that has that seam (``stack_runner``: DinoVim), or with ``enabled``
+    False put their own back; return their names ('' for ``model`` itself)."""
     names = []
     for name, module in model.named_modules():
-        if callable(getattr(module, 'use_cuda_graphs', None)):
-            module.use_cuda_graphs(enabled)
+        if hasattr(module, 'stack_runner'):
+            module.stack_runner = GraphedStack(module) if enabled else None
             names.append(name)
     return names

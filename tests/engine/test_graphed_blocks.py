@@ -1,4 +1,4 @@
-"""DinoVim's blocks replayed from CUDA graphs (models/graphed_blocks.py): the same
+"""DinoVim's blocks replayed from CUDA graphs (engine/graphed_blocks.py): the same
 forward, gradients and stochastic-depth draws as the eager blocks, on the GPU; the
 bookkeeping (one capture per signature, eager when a signature's backward is still
 pending, eager on a CPU) on the CPU."""
@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-import mmdinomamba.models.graphed_blocks as gb
+import mmdinomamba.engine.graphed_blocks as gb
 from mmdinomamba.models.backbones import DinoVim
 
 
@@ -21,13 +21,15 @@ def tiny(drop_path_rate=0.2, layers=3):
 def test_cpu_inputs_run_the_eager_blocks():
     model = tiny().train()
     twin = copy.deepcopy(model)
-    model.use_cuda_graphs()
+    assert gb.graph_blocks(model) == ['']
     x = torch.randn(2, 3, 32, 32)
     torch.manual_seed(1)
     out = model(x)[0]
     torch.manual_seed(1)
     torch.testing.assert_close(out, twin(x)[0], rtol=0, atol=0)
-    assert model._graphed._graphs == {}  # nothing captured
+    assert model.stack_runner.graphs._graphs == {}  # nothing captured
+    gb.graph_blocks(model, enabled=False)
+    assert model.stack_runner is None
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(fake_ca
     """What is captured when, and which calls replay."""
     captures, replays = fake_captures
     model = tiny(drop_path_rate=0.0).train()
-    model.use_cuda_graphs()
+    gb.graph_blocks(model)
     x, small = torch.randn(2, 3, 32, 32), torch.randn(4, 3, 16, 16)
 
     a = model(x)[0]
@@ -91,7 +93,7 @@ def test_frozen_input_with_trainable_blocks_is_a_training_signature(fake_capture
     capture while the blocks' parameters need one; all frozen, a forward-only one."""
     captures, _ = fake_captures
     model = tiny(drop_path_rate=0.0).train()
-    model.use_cuda_graphs()
+    gb.graph_blocks(model)
     tokens = torch.randn(2, 18, 64)
     model.forward_tokens(tokens, [2])[0].sum().backward()
     assert [grad for _, grad in captures] == [True]
@@ -113,8 +115,8 @@ def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
     logs = []
     model = torch.nn.ModuleDict(dict(backbone=tiny(), teacher=tiny()))
     CUDAGraphBlocksHook().before_train(Runner(model))
-    assert model['backbone'].uses_cuda_graphs
-    assert model['teacher'].uses_cuda_graphs
+    assert isinstance(model['backbone'].stack_runner, gb.GraphedStack)
+    assert isinstance(model['teacher'].stack_runner, gb.GraphedStack)
     assert '`backbone`' in logs[0] and '`teacher`' in logs[0]
     CUDAGraphBlocksHook().before_train(Runner(torch.nn.Linear(2, 2)))  # a ViT, say
     assert 'no module of the model (Linear)' in logs[1] and 'eagerly' in logs[1]
@@ -153,12 +155,12 @@ def test_graphed_training_steps_equal_eager_steps_with_drop_path(frozen_embeddin
         for p in (eager.patch_embed, eager.cls_token, eager.pos_embed):
             p.requires_grad_(False)
     graphed = copy.deepcopy(eager)
-    graphed.use_cuda_graphs()
+    gb.graph_blocks(graphed)
     inputs = [torch.randn(8, 3, 32, 32, device='cuda'),
               torch.randn(16, 3, 16, 16, device='cuda')]
     want = _train_steps(eager, inputs, 3, seed=5)
     got = _train_steps(graphed, inputs, 3, seed=5)
-    assert len(graphed._graphed._graphs) == 2
+    assert len(graphed.stack_runner.graphs._graphs) == 2
     for (loss_g, grads_g), (loss_e, grads_e) in zip(got, want):
         # the same kernels in the same order: equal but for atomics' summation order
         torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
@@ -177,7 +179,7 @@ def test_graphed_no_grad_forward_equals_eager_and_follows_in_place_updates():
     calls (the EMA) are read by the replay."""
     eager = tiny(layers=4).cuda().eval()
     graphed = copy.deepcopy(eager)
-    graphed.use_cuda_graphs()
+    gb.graph_blocks(graphed)
     x = torch.randn(8, 3, 32, 32, device='cuda')
     for _ in range(3):
         with torch.no_grad(), torch.autocast('cuda', dtype=torch.float16):
@@ -186,7 +188,7 @@ def test_graphed_no_grad_forward_equals_eager_and_follows_in_place_updates():
         with torch.no_grad():
             for m in (eager, graphed):
                 torch._foreach_mul_(list(m.parameters()), 0.9)
-    assert len(graphed._graphed._graphs) == 1
+    assert len(graphed.stack_runner.graphs._graphs) == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
@@ -215,11 +217,11 @@ def test_one_signature_gradients_are_not_the_graphs_buffers(set_to_none):
     one shape, .grad set to None or zeroed in place between them, equal eager's."""
     eager = tiny(drop_path_rate=0.0, layers=3).cuda().train()
     graphed = copy.deepcopy(eager)
-    graphed.use_cuda_graphs()
+    gb.graph_blocks(graphed)
     inputs = [torch.randn(8, 3, 32, 32, device='cuda')]
     want = _train_steps(eager, inputs, 3, seed=1, set_to_none=set_to_none)
     got = _train_steps(graphed, inputs, 3, seed=1, set_to_none=set_to_none)
-    (replay, ) = graphed._graphed._graphs.values()
+    (replay, ) = graphed.stack_runner.graphs._graphs.values()
     static = {g.data_ptr() for g in replay.graphs.static_grads if g is not None}
     assert not static & {p.grad.data_ptr() for p in graphed.parameters()
                          if p.grad is not None}
