@@ -15,8 +15,8 @@ the norm's rstd, and recomputes the rest. The conv output (both directions, twic
 the size of xBC: a third of what a layer would otherwise keep) is written again by
 one conv pass at the start of the backward, and the norm's output by the
 gated-norm backward just before ``out_proj``'s weight gradient needs it. Each costs
-one memory-bound pass (docs/benchmark.md, "Memory and host time of the eager DINO
-step", has the measured peaks).
+one memory-bound pass (the DINO step's measured peaks: ``benchmarks/README.md``,
+``benchmarks/results/dino_step.csv``).
 
 The per-direction parameters enter the function as the module holds them and are
 stacked inside it, where autograd records nothing; their gradients leave as views

@@ -1,19 +1,17 @@
-"""The benchmark (mmdinomamba.analysis.benchmark and its tool) on the CPU, tiny."""
+"""benchmarks/benchmark.py (the harness and its command line) on the CPU, tiny."""
 import json
 import os.path as osp
 
 import pytest
 import torch
 
-from mmdinomamba.analysis import benchmark as bench
-
 TOY_DINO = osp.join(osp.dirname(__file__), '..', '..', 'configs', 'dino',
                     'dino_dinovim-toy-p8_1xb8-10e_toy.py')
 
 
 @pytest.fixture(scope='module')
-def tool(load_tool):
-    return load_tool('tools/analysis/benchmark.py')
+def bench(load_tool):
+    return load_tool('benchmarks/benchmark.py')
 
 
 TINY = dict(type='DinoVim', arch=dict(embed_dims=64, num_layers=2),
@@ -22,7 +20,7 @@ TINY_LINEAR = dict(type='LinearViT', arch=dict(embed_dims=64, num_layers=2,
                                                num_heads=2, mlp_ratio=2))
 
 
-def test_models_mode_measures_and_ratios():
+def test_models_mode_measures_and_ratios(bench):
     rows = bench.run_models({'tiny': TINY, 'base': TINY_LINEAR}, sizes=[32],
                             batches=[2], device=torch.device('cpu'), amp=None,
                             modes=['infer', 'train'], warmup=1, repeats=2, iters=1,
@@ -45,7 +43,7 @@ def test_models_mode_measures_and_ratios():
     assert base['train_vs_baseline'] == pytest.approx(1.0)
 
 
-def test_models_mode_reports_errors_and_goes_on():
+def test_models_mode_reports_errors_and_goes_on(bench):
     rows = bench.run_models({'bad': dict(type='NoSuchNet'), 'tiny': TINY}, sizes=[32],
                             batches=[1], device=torch.device('cpu'), amp=None,
                             modes=['infer'], warmup=0, repeats=1, iters=1,
@@ -54,16 +52,16 @@ def test_models_mode_reports_errors_and_goes_on():
     assert rows[1]['infer_img_s'] > 0
 
 
-def test_models_mode_needs_one_batch_per_size():
+def test_models_mode_needs_one_batch_per_size(bench):
     with pytest.raises(ValueError, match='one batch size per input size'):
         bench.run_models({'tiny': TINY}, sizes=[32, 64], batches=[2],
                          device=torch.device('cpu'), amp=None, modes=['infer'],
                          warmup=0, repeats=1, iters=1)
 
 
-def test_cli_writes_json(tool, tmp_path):
+def test_cli_writes_json(bench, tmp_path):
     out = tmp_path / 'res' / 'bench.json'
-    tool.main(['--device', 'cpu', '--amp', 'none', '--warmup', '0', '--repeats', '1',
+    bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '0', '--repeats', '1',
                 '--iters', '1', '--out', str(out), 'kernel', '--backends', 'chunked',
                 'ref', 'triton', '--batch', '1', '--seqlen', '20', '--nheads', '2',
                 '--headdim', '8', '--dstate', '8'])
@@ -75,11 +73,11 @@ def test_cli_writes_json(tool, tmp_path):
     assert list(tmp_path.joinpath('res').iterdir()) == [out]  # no temp files left
 
 
-def test_profile_mode_splits_a_step_by_operator(tool, tmp_path):
+def test_profile_mode_splits_a_step_by_operator(bench, tmp_path):
     bench.MODELS['tiny-test'] = TINY
     try:
         out = tmp_path / 'prof.json'
-        data = tool.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
+        data = bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
                            '--iters', '2', '--out', str(out), 'profile', '--model',
                            'tiny-test', '--size', '32', '--batch', '2', '--step', 'train',
                            '--top', '5', '--host'])
@@ -98,7 +96,7 @@ def test_profile_mode_splits_a_step_by_operator(tool, tmp_path):
         bench.profile_model(TINY, 32, 1, torch.device('cpu'), None, 'eval', 0, 1)
 
 
-def test_dino_step_runs_the_configs_training_step():
+def test_dino_step_runs_the_configs_training_step(bench):
     """The DINO step of a config, built through the registry, as the Runner runs it:
     it trains (the student's weights move, the teacher follows by EMA), and the
     figures are reported per row with ratios to the baseline row."""
@@ -124,7 +122,7 @@ def test_dino_step_runs_the_configs_training_step():
     assert 'toy' in bench.format_dino_table(rows, 'toy')
 
 
-def test_dino_step_compiles_both_backbones_when_asked():
+def test_dino_step_compiles_both_backbones_when_asked(bench):
     """As CompileModulesHook does: in place, the heads stay eager (compilation
     itself is lazy, so nothing is compiled here)."""
     _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
@@ -137,7 +135,7 @@ def test_dino_step_compiles_both_backbones_when_asked():
                          graph=True, compile_mode='reduce-overhead')
 
 
-def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(tool):
+def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(bench):
     """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
     graphed blocks (they run eagerly here, on the CPU); the row says so."""
     from mmdinomamba.engine.graphed_blocks import GraphedStack
@@ -164,18 +162,18 @@ def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(tool):
         TOY_DINO, torch.device('cpu'), batch=2, graph_blocks=False,
         cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
     assert not graphed(eager.backbone)
-    args = tool.parse_args(['dino-step', '--eager-blocks'])
+    args = bench.parse_args(['dino-step', '--eager-blocks'])
     assert args.graph_blocks is False
-    assert tool.parse_args(['dino-step']).graph_blocks is None
+    assert bench.parse_args(['dino-step']).graph_blocks is None
 
 
-def test_dino_step_reports_a_config_that_does_not_build():
+def test_dino_step_reports_a_config_that_does_not_build(bench):
     rows = bench.run_dino_steps({'missing': 'configs/dino/no_such.py'},
                                 torch.device('cpu'), 0, 1, 1)
     assert 'no_such.py' in rows[0]['error']
 
 
-def test_host_ms_times_one_call():
+def test_host_ms_times_one_call(bench):
     calls = []
     t = bench.host_ms(lambda: calls.append(1), torch.device('cpu'), repeats=3)
     assert len(t) == 3 and len(calls) == 3 and all(x >= 0 for x in t)
@@ -193,7 +191,7 @@ def _leaf():
     pass
 
 
-def test_python_calls_per_call_counts_every_call():
+def test_python_calls_per_call_counts_every_call(bench):
     """Against a function whose calls are counted by hand: ``_nested(n)`` calls
     ``_leaf`` n times, and ``fn`` itself is not counted."""
     assert bench.python_calls_per_call(lambda: None) == 0
@@ -208,7 +206,7 @@ def test_python_calls_per_call_counts_every_call():
     assert len(counts) == 1 and counts.pop() > 5
 
 
-def test_operators_per_call_counts_the_operators_python_issues():
+def test_operators_per_call_counts_the_operators_python_issues(bench):
     """Against operators counted by hand: an operator that calls others inside
     (``F.linear``: ``t`` and ``mm``) is one; the autograd engine's count too."""
     x, w = torch.randn(4, 4), torch.randn(3, 4)
@@ -228,7 +226,7 @@ def test_operators_per_call_counts_the_operators_python_issues():
     assert 0 < n_short < n_long
 
 
-def test_models_table_puts_each_host_time_under_its_column():
+def test_models_table_puts_each_host_time_under_its_column(bench):
     row = dict(model='m', img_size=32, batch=2, infer_img_s=10.0, infer_host_ms=12.34,
                train_host_ms=56.78, train_launches=9, train_pycalls=8, train_ops=7)
     head, _, line = bench.format_table([row], None).splitlines()
@@ -238,7 +236,7 @@ def test_models_table_puts_each_host_time_under_its_column():
     assert (cells['launches'], cells['pyCalls'], cells['torchOps']) == ('9', '8', '7')
 
 
-def test_best_of_rounds_keeps_the_fastest_round_and_the_lowest_host_time():
+def test_best_of_rounds_keeps_the_fastest_round_and_the_lowest_host_time(bench):
     rounds = [dict(model='m', train_ms=20.0, train_img_s=100.0, train_ms_all=[20.0],
                    train_peak_gib=1.0, train_host_ms=9.0, train_ops=7, infer_ms=4.0,
                    infer_img_s=500.0, infer_host_ms=3.0),
@@ -257,7 +255,7 @@ def test_best_of_rounds_keeps_the_fastest_round_and_the_lowest_host_time():
     assert failed['error'] == 'OOM'
 
 
-def test_rounds_take_turns_between_models(monkeypatch):
+def test_rounds_take_turns_between_models(bench, monkeypatch):
     order = []
 
     def fake_measure(model, size, batch, *args):
@@ -286,7 +284,7 @@ def test_rounds_take_turns_between_models(monkeypatch):
                          rounds=0)
 
 
-def test_dino_step_rounds_take_turns_and_keep_the_best(monkeypatch):
+def test_dino_step_rounds_take_turns_and_keep_the_best(bench, monkeypatch):
     order = []
 
     def fake_step(config, device, warmup, repeats, iters, host_batch, **kwargs):
@@ -306,7 +304,7 @@ def test_dino_step_rounds_take_turns_and_keep_the_best(monkeypatch):
     assert a['img_s_vs_baseline'] == pytest.approx((40.0 / 2) / 40.0)
 
 
-def test_host_mode_counts_the_fused_path_on_the_cpu(tool):
+def test_host_mode_counts_the_fused_path_on_the_cpu(bench):
     """The host mode runs DinoVim's fused path on CPU tensors with the kernels
     skipped: the one-call stack and the module loop launch the same kernels (10 a
     block: 4 forward, 6 backward, a scan backward of one chunk), the stack issues
@@ -325,15 +323,62 @@ def test_host_mode_counts_the_fused_path_on_the_cpu(tool):
     assert 'stack' in bench.format_host_table(rows, 'loop')
     # under autocast (as on the GPU) the fused path's casts of weights and
     # gradients are counted too; float32 (the default) has none
-    bf16 = bench.measure_host(specs['stack'], width=32, warmup=1, repeats=1, iters=1,
-                              amp=torch.bfloat16)
+    [bf16] = bench.measure_host(specs['stack'], width=32, warmup=1, repeats=1, iters=1,
+                                amp=torch.bfloat16)
     assert bf16['launches'] == stack['launches'] and bf16['ops'] > stack['ops']
     with pytest.raises(ValueError, match='DinoVim'):
         bench.measure_host(dict(type='LinearViT', arch='base'))
-    args = tool.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
+    args = bench.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
     assert args.models == ['dinovim-t'] and args.baseline == 'dinovim-b-loop'
     assert args.amp is None  # main() reads it as 'none' in host mode, else 'bf16'
-    data = tool.main(['--device', 'cpu', '--warmup', '1', '--repeats', '1', '--iters',
+    data = bench.main(['--device', 'cpu', '--warmup', '1', '--repeats', '1', '--iters',
                       '1', 'host', '--models', 'dinovim-t', '--rounds', '1',
                       '--width', '64'])
     assert data['settings']['amp'] == 'none' and data['rows'][0]['launches'] == 240
+
+
+def test_host_mode_launches_through_tritons_own_path_when_asked(bench):
+    """``--launch triton``: the same kernels launched through Triton's own path (its
+    driver and compiled kernels stood in for), in turns with the package's launcher
+    on one model: the same launches and operators, more Python per launch; Triton's
+    caches, driver and the fast-launch setting are as before afterwards."""
+    pytest.importorskip('triton')
+    import os
+
+    from triton.runtime import driver
+
+    from mmdinomamba.ops.triton import launch
+    from mmdinomamba.ops.triton.conv import _conv_fwd_kernel
+    spec = dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=2))
+    env = os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH')
+    active = driver._active
+    fast, triton = bench.measure_host(spec, width=32, warmup=1, repeats=2, iters=1,
+                                      launches=('fast', 'triton'))
+    assert (fast['launch'], triton['launch']) == ('fast', 'triton')
+    assert fast['launches'] == triton['launches'] == 2 * 10
+    assert fast['ops'] == triton['ops'] and fast['pycalls'] < triton['pycalls']
+    assert len(triton['host_ms_all']) == 2 and triton['host_ms_min'] > 0
+    assert os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH') == env
+    assert driver._active is active
+    assert all(not cache for cache, *_ in _conv_fwd_kernel.device_caches.values())
+    launch.reread_environment()
+    with pytest.raises(ValueError, match='launches must be some of'):
+        bench.measure_host(spec, launches=('slow', ))
+
+
+def test_dino_configs_come_from_the_checkout_or_the_command_line(bench, tmp_path):
+    """The named DINO configs are files of ``configs/dino`` beside ``benchmarks/``
+    (found from the script's place in the checkout, not from the installed
+    package), or of ``dino-step --config-dir``."""
+    repo = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+    assert osp.samefile(bench.CONFIG_DIR, osp.join(repo, 'configs', 'dino'))
+    for name in bench.DINO_CONFIGS.values():
+        assert osp.isfile(osp.join(bench.CONFIG_DIR, name)), name
+    assert bench.parse_args(['dino-step']).config_dir == bench.CONFIG_DIR
+    data = bench.main(['--device', 'cpu', '--warmup', '0', '--repeats', '1',
+                       '--iters', '1', 'dino-step', '--models', 'dinovim-t',
+                       '--no-baseline', '--host-batch', '0', '--config-dir',
+                       str(tmp_path)])
+    (row, ) = data['rows']
+    expected = osp.join(str(tmp_path), bench.DINO_CONFIGS['dinovim-t'])
+    assert row['config'] == expected and expected in row['error']

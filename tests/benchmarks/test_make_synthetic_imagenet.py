@@ -1,4 +1,4 @@
-"""tools/analysis/make_synthetic_imagenet.py: the layout the DINO configs read."""
+"""benchmarks/make_synthetic_imagenet.py: the layout the DINO configs read."""
 import os.path as osp
 
 import pytest
@@ -6,7 +6,7 @@ from PIL import Image
 
 
 def test_writes_the_imagenet_training_layout(load_tool, tmp_path):
-    tool = load_tool('tools/analysis/make_synthetic_imagenet.py')
+    tool = load_tool('benchmarks/make_synthetic_imagenet.py')
     tool.main([str(tmp_path), '10'])
     lines = (tmp_path / 'meta' / 'train.txt').read_text().splitlines()
     assert len(lines) == 10

@@ -1,6 +1,6 @@
 """Write random JPEGs in ImageNet's training layout, for timing the training loop.
 
-    python tools/analysis/make_synthetic_imagenet.py data/synthetic_imagenet 1440
+    python benchmarks/make_synthetic_imagenet.py data/synthetic_imagenet 1440
 
 gives ``ROOT/train/<wnid>/<wnid>_<i>.JPEG`` (300 x 400 px, eight classes) and
 ``ROOT/meta/train.txt``: what ``configs/dino/*`` read with

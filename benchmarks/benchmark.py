@@ -1,46 +1,63 @@
-"""Speed and memory of the backbones, the DINO training step and the SSD op.
+"""Speed and memory of the backbones, of the DINO training step and of the SSD op.
 
-The library behind ``tools/analysis/benchmark.py``; every mode measures in one
-process, so that ratios compare like with like:
+A benchmark beside the package (it is not installed with it), run from a checkout::
 
-* :func:`run_models`: for each backbone, input size and batch size, inference
-  throughput (``torch.no_grad``, autocast), training-step throughput (forward,
-  backward and an AdamW step, fused on CUDA as in the shipped schedules) and peak
-  memory, eager and optionally replayed from a CUDA graph (no host launch
-  overhead), with the host time to issue one eager step of each mode (the
-  table's ``iHostMs`` and ``hostMs``: a step whose time is about its host time
-  is bound by the host, not the GPU), and the training step's kernel launches,
-  Python calls and torch operators, each figure with its ratio
-  to the baseline (ViT-B: mmpretrain's ``VisionTransformer`` when it imports,
-  else timm's ``vit_base_patch16_224``);
-* :func:`run_dino_steps`: the paper's DINO training step built from a shipped
-  config through the registry (student on every crop, teacher on the global
-  ones, the DINO head and loss, per-parameter clipping, AdamW, the teacher EMA),
-  as ``Runner.train_step`` runs it, eager;
-* :func:`run_host`: the host's work for an eager DinoVim training step through the
-  fused CUDA path, timed and counted on a CPU with the kernels skipped (no GPU
-  host's drift; :func:`mmdinomamba.ops.skip_kernels`);
-* :func:`run_kernel`: the SSD op (:func:`mmdinomamba.ops.ssd_scan`) on its own;
-* :func:`profile_model`: where one step of one model spends its time.
+    python benchmarks/benchmark.py dino-step            # the shipped DINO configs
+    python benchmarks/benchmark.py models --sizes 224 1024 --batch-sizes 128 4 \\
+        --out work_dirs/benchmark.json
+    python benchmarks/benchmark.py --device cpu host    # the fused path's host work
+    python benchmarks/benchmark.py kernel --batch 128 --seqlen 198
+    python benchmarks/benchmark.py profile --model dinovim-b --step train
+
+``benchmarks/README.md`` says what each mode measures and holds the current figures.
+Every mode measures in one process, so that ratios compare like with like; the
+table goes to stdout and ``--out`` writes the full results as JSON (atomically):
+
+* :func:`run_models` (``models``): for each backbone, input size and batch size,
+  inference throughput (``torch.no_grad``, autocast), training-step throughput
+  (forward, backward and an AdamW step, fused on CUDA as in the shipped schedules)
+  and peak memory, eager and optionally replayed from a CUDA graph (no host launch
+  overhead), with the host time to issue one eager step of each mode (the table's
+  ``iHostMs`` and ``hostMs``: a step whose time is about its host time is bound by
+  the host, not the GPU), and the training step's kernel launches, Python calls and
+  torch operators, each figure with its ratio to the baseline (ViT-B:
+  mmpretrain's ``VisionTransformer`` when it imports, else timm's
+  ``vit_base_patch16_224``);
+* :func:`run_dino_steps` (``dino-step``): the paper's DINO training step built from
+  a shipped config through the registry (student on every crop, teacher on the
+  global ones, the DINO head and loss, per-parameter clipping, AdamW, the teacher
+  EMA), as ``Runner.train_step`` runs it;
+* :func:`run_host` (``host``): the host's work for an eager DinoVim training step
+  through the fused CUDA path, timed and counted on a CPU with the kernels skipped
+  (no GPU host's drift; :func:`mmdinomamba.ops.skip_kernels`);
+* :func:`run_kernel` (``kernel``): the SSD op (:func:`mmdinomamba.ops.ssd_scan`) on
+  its own;
+* :func:`profile_model` (``profile``): where one step of one model spends its time.
 
 Every timing is the median over ``repeats`` timed runs of ``iters`` steps each,
 after ``warmup`` untimed steps, with the device synchronised around each run.
 """
+import argparse
+import contextlib
 import datetime
 import gc
+import os
 import os.path as osp
 import platform
 import statistics
+import sys
 import time
 import traceback
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
 from mmdinomamba.engine import graphed_blocks
+from mmdinomamba.engine.checkpoint import dump_atomic
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
-from mmdinomamba.ops import resolve_backend, skip_kernels, ssd_scan, triton_available
+from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
+                             triton_available)
 
 # Backbones by name; 'vit-b' is the baseline every ratio refers to.
 MODELS = {
@@ -56,11 +73,13 @@ MODELS = {
        for s, a in (('t', 'tiny'), ('s', 'small'), ('b', 'base'))},
 }
 BASELINE = 'vit-b'
-# The shipped DINO pretraining configs by name (in the repository's configs/)
-_CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
-                        'configs')
+# The repository's configs/, found from this file's place in the checkout
+# (``dino-step --config-dir`` points elsewhere)
+CONFIG_DIR = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs',
+                      'dino')
+# The shipped DINO pretraining configs by name, as files of a config directory
 DINO_CONFIGS = {
-    name: osp.join(_CONFIG_ROOT, 'dino', f'dino_{arch}-p16_4xb48-amp-100e_in1k.py')
+    name: f'dino_{arch}-p16_4xb48-amp-100e_in1k.py'
     for name, arch in (('dinovim-t', 'dinovim-tiny'), ('dinovim-s', 'dinovim-small'),
                        ('dinovim-b', 'dinovim-base'), ('reg-b', 'dinomamba-reg-base'),
                        ('linearvit-b', 'linearvit-base'), ('vit-b', 'vit-base'))
@@ -146,7 +165,8 @@ def python_calls_per_call(fn: Callable[[], object]) -> int:
 
     The host's work per step in a unit that does not depend on the machine: the
     hosts of a shared GPU box vary by 20-40 % in time between processes
-    (docs/benchmark.md), which hides a cut of a tenth in the host's work; the count
+    (README.md, "The host's drift"), which hides a cut of a tenth in the host's
+    work; the count
     does not move. It does not see the work inside C++ (the dispatcher, the
     autograd engine); :func:`launches_per_call` counts the kernels.
     """
@@ -169,8 +189,8 @@ def operators_per_call(fn: Callable[[], object]) -> int:
 
     Each such operator goes through the dispatcher and costs the host
     microseconds, and an eager step's host time follows their number (with the
-    kernel launches) more than the number of Python calls (docs/benchmark.md,
-    2026-12-04). Like :func:`python_calls_per_call` it does not depend on the
+    kernel launches) more than the number of Python calls (README.md, host mode).
+    Like :func:`python_calls_per_call` it does not depend on the
     machine's speed; Triton launches are not operators (:func:`launches_per_call`
     counts them).
     """
@@ -396,7 +416,7 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
     With ``rounds`` > 1 every pair is measured that many times, the models taking
     turns (baseline, A, B, baseline, A, B, ...), and each row keeps its best round
     (:func:`best_of_rounds`): a shared machine's host slows down by up to 2-3x for
-    tens of seconds at a time (docs/benchmark.md, 2026-12-04, later), which one
+    tens of seconds at a time (README.md, "The host's drift"), which one
     round per model turns into a ratio of two unlike machines.
 
     Returns:
@@ -541,9 +561,80 @@ def format_table(rows: List[dict], baseline: Optional[str]) -> str:
 # --------------------------------------------------------------------------- #
 # Host mode: the fused path's host work, counted and timed on a CPU
 # --------------------------------------------------------------------------- #
+LAUNCHES = ('fast', 'triton')
+
+
+@contextlib.contextmanager
+def tritons_own_launches(dry) -> Iterator[None]:
+    """Inside a dry run (:func:`mmdinomamba.ops.skip_kernels`), launch the kernels
+    through Triton's own path (``kernel[grid](...)``: binding, specialisation, cache
+    key, launch metadata) instead of the fast launcher
+    (``mmdinomamba/ops/triton/launch.py``), on any machine.
+
+    Through Triton's extension points: its active driver is a stand-in (device 0,
+    stream 0, an sm_90 target), and where Triton would compile, its
+    ``jit_cache_hook`` puts a stand-in kernel in the cache that counts its launches
+    into ``dry.launches`` (the first call of each specialisation compiles nothing
+    and launches nothing); the stand-ins leave the caches at the end. The fast
+    launcher is off meanwhile (``MMDINOMAMBA_TRITON_FAST_LAUNCH=0``)."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    from mmdinomamba.ops.triton import launch
+
+    class Driver:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget('cuda', 90, 32)
+
+    class Kernel:
+        function = packed_metadata = None
+
+        def launch_metadata(self, grid, stream, *args):
+            return None
+
+        def run(self, *args):
+            dry.launches += 1
+
+    installed = []  # (the kernel cache, the key) of every stand-in
+
+    def compile_hook(*args, **kwargs) -> bool:
+        cache = kwargs['fn'].jit_function.device_caches[0][0]
+        cache[kwargs['key']] = Kernel()
+        installed.append((cache, kwargs['key']))
+        return True  # compiled: nothing left to do
+
+    env = os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH')
+    hook = knobs.runtime.jit_cache_hook
+    active = driver._active  # None until Triton first asks for a driver (no GPU: none)
+    os.environ['MMDINOMAMBA_TRITON_FAST_LAUNCH'] = '0'
+    launch.reread_environment()
+    driver.set_active(Driver())
+    knobs.runtime.jit_cache_hook = compile_hook
+    try:
+        yield
+    finally:
+        for cache, key in installed:
+            cache.pop(key, None)
+        knobs.runtime.jit_cache_hook = hook
+        driver.set_active(active)
+        if env is None:
+            os.environ.pop('MMDINOMAMBA_TRITON_FAST_LAUNCH')
+        else:
+            os.environ['MMDINOMAMBA_TRITON_FAST_LAUNCH'] = env
+        launch.reread_environment()
+
+
 def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64,
                  warmup: int = 3, repeats: int = 7, iters: int = 5,
-                 amp: Optional[torch.dtype] = None) -> Dict[str, object]:
+                 amp: Optional[torch.dtype] = None,
+                 launches: Sequence[str] = ('fast', )) -> List[Dict[str, object]]:
     """The host's work for one eager training step (forward, backward) of a DinoVim
     through the fused path, on the CPU with the kernels skipped
     (:func:`mmdinomamba.ops.skip_kernels`).
@@ -557,16 +648,25 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
     includes the casts of weights and gradients it adds (about 100 operators per
     DinoVim-B step); the time then includes the CPU's own arithmetic in bf16 or
     fp16, which is slow and is not host work on a GPU. None (the default): float32.
+    ``launches`` names how the kernels are launched: 'fast' (the package's
+    launcher) and/or 'triton' (Triton's own path, :func:`tritons_own_launches`).
+    With both, the two take turns on one model, a timed run each per repeat (after
+    an untimed step on the path switched to), so that a shared machine's slow
+    phases meet both alike.
 
     Returns:
-        dict: ``host_ms`` (median over ``repeats`` runs of ``iters`` steps) and its
-        runs ``host_ms_all``, and per step ``launches`` (skipped Triton launches),
-        ``ops`` (:func:`operators_per_call`) and ``pycalls``.
+        list[dict]: per launch path, ``launch``, ``host_ms`` (median over
+        ``repeats`` runs of ``iters`` steps), its runs ``host_ms_all`` and their
+        minimum ``host_ms_min``, and per step ``launches`` (skipped Triton
+        launches), ``ops`` (:func:`operators_per_call`) and ``pycalls``.
     """
     cfg = dict(spec)
     if cfg.pop('type') != 'DinoVim':
         raise ValueError('benchmark host: measures the fused path of DinoVim models, '
                          f"got {spec['type']!r}")
+    if not launches or not set(launches) <= set(LAUNCHES):
+        raise ValueError(f'benchmark host: launches must be some of {LAUNCHES}, '
+                         f'got {launches!r}')
     arch = cfg.pop('arch', 'base')
     depth = (DinoVim.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)[
         'num_layers']
@@ -584,23 +684,45 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
             loss = _first(model(x)).float().square().mean()
         loss.backward()
 
+    def path(launch: str, dry):
+        return (tritons_own_launches(dry) if launch == 'triton'
+                else contextlib.nullcontext())
+
+    runs = {launch: [] for launch in launches}
+    rows = []
     with skip_kernels() as dry:
-        runs = time_ms(step, x.device, warmup, repeats, iters)
-        before = dry.launches
-        step()
-        return dict(host_ms=statistics.median(runs), host_ms_all=runs,
-                    launches=dry.launches - before, ops=operators_per_call(step),
-                    pycalls=python_calls_per_call(step))
+        for launch in launches:
+            with path(launch, dry):
+                time_ms(step, x.device, warmup, 0, iters)
+        for _ in range(repeats):
+            for launch in launches:
+                with path(launch, dry):
+                    if len(launches) > 1:
+                        step()  # the first step after a switch
+                    runs[launch] += time_ms(step, x.device, 0, 1, iters)
+        for launch in launches:
+            with path(launch, dry):
+                step()  # Triton's path compiles (stands in) at the first step
+                before = dry.launches
+                step()
+                rows.append(dict(launch=launch, host_ms=statistics.median(runs[launch]),
+                                 host_ms_all=runs[launch], host_ms_min=min(runs[launch]),
+                                 launches=dry.launches - before,
+                                 ops=operators_per_call(step),
+                                 pycalls=python_calls_per_call(step)))
+    return rows
 
 
 def run_host(specs: Dict[str, dict], baseline: Optional[str] = None, rounds: int = 1,
-             **kwargs) -> List[dict]:
-    """:func:`measure_host` for each named spec, the specs taking turns for
-    ``rounds`` rounds, each keeping its lowest median (:func:`best_of_rounds`);
-    ``host_vs_baseline`` is the baseline's host time over the row's (above 1: less
-    host work)."""
-    rows = in_rounds(lambda: [dict(model=name, **measure_host(spec, **kwargs))
-                              for name, spec in specs.items()], rounds, _HOST_TIMED, ())
+             launches: Sequence[str] = ('fast', ), **kwargs) -> List[dict]:
+    """:func:`measure_host` for each named spec (each under every path of
+    ``launches``), the specs taking turns for ``rounds`` rounds, each row keeping its
+    lowest median and its lowest run (:func:`best_of_rounds`); ``host_vs_baseline``
+    is the baseline's host time (its first launch path's) over the row's (above 1:
+    less host work)."""
+    rows = in_rounds(lambda: [dict(model=name, **row) for name, spec in specs.items()
+                              for row in measure_host(spec, launches=launches, **kwargs)],
+                     rounds, _HOST_TIMED, ('host_ms_min', ))
     base = next((r for r in rows if r['model'] == baseline), None)
     if base is not None:
         for r in rows:
@@ -610,12 +732,13 @@ def run_host(specs: Dict[str, dict], baseline: Optional[str] = None, rounds: int
 
 def format_host_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"
-    head = (f"{'model':<16} {'hostMs':>8} {ratio:>14} {'launches':>8} {'torchOps':>8} "
-            f"{'pyCalls':>8}")
+    head = (f"{'model':<16} {'launch':<7} {'hostMs':>8} {'minMs':>8} {ratio:>14} "
+            f"{'launches':>8} {'torchOps':>8} {'pyCalls':>8}")
     lines = [head, '-' * len(head)]
     for r in rows:
-        lines.append(f"{r['model']:<16} {r['host_ms']:8.2f} "
-                     f"{_fmt(r.get('host_vs_baseline'), '14.2f')} {r['launches']:8d} "
+        lines.append(f"{r['model']:<16} {r.get('launch', 'fast'):<7} {r['host_ms']:8.2f} "
+                     f"{_fmt(r.get('host_ms_min'), '8.2f'):>8} "
+                     f"{_fmt(r.get('host_vs_baseline'), '.2f'):>14} {r['launches']:8d} "
                      f"{r['ops']:8d} {r['pycalls']:8d}")
     return '\n'.join(lines)
 
@@ -957,3 +1080,183 @@ def environment(device: torch.device) -> dict:
     return env
 
 
+# --------------------------------------------------------------------------- #
+# Command line
+# --------------------------------------------------------------------------- #
+COMPILE_MODES = ['default', 'reduce-overhead', 'max-autotune',
+                 'max-autotune-no-cudagraphs']
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--amp', choices=sorted(AMP_DTYPES),
+                        help='autocast dtype (kernel mode: input dtype); default bf16, '
+                        "none in host mode (on a CPU, bf16 matrix products time the "
+                        "CPU's bf16 arithmetic, not host work)")
+    parser.add_argument('--warmup', type=int, default=5)
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--iters', type=int, default=3, help='steps per timed repeat')
+    parser.add_argument('--out', help='write results as JSON here')
+    sub = parser.add_subparsers(dest='mode', required=True)
+    m = sub.add_parser('models', help='backbone throughput and memory')
+    m.add_argument('--models', nargs='+', choices=sorted(MODELS),
+                   default=['dinovim-t', 'dinovim-s', 'dinovim-b', 'reg-b',
+                            'linearvit-b'])
+    m.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
+    m.add_argument('--batch-sizes', nargs='+', type=int, default=[128, 16, 4],
+                   help='one per size')
+    m.add_argument('--modes', nargs='+', choices=['infer', 'train'],
+                   default=['infer', 'train'])
+    m.add_argument('--ssd-backend', choices=BACKENDS, default='auto',
+                   help="DinoVim mixers' ssd_backend ('auto': fused Triton on CUDA)")
+    m.add_argument('--no-baseline', action='store_true',
+                   help=f'skip the {BASELINE} baseline (no ratios)')
+    m.add_argument('--rounds', type=int, default=1,
+                   help='measure every model this many times, taking turns, and keep '
+                   "each one's best round (a shared host's speed drifts)")
+    m.add_argument('--cuda-graph', action='store_true',
+                   help='also time each step replayed from a CUDA graph (gInfer, gTrain)')
+    m.add_argument('--compile', choices=COMPILE_MODES,
+                   help='torch.compile every model (the baseline too) in this mode first')
+    m.add_argument('--graph-blocks', action='store_true',
+                   help="replay DinoVim's blocks from CUDA graphs in the eager steps "
+                   '(what CUDAGraphBlocksHook does)')
+    d = sub.add_parser('dino-step', help='the DINO training step of the shipped configs')
+    d.add_argument('--models', nargs='+', choices=sorted(DINO_CONFIGS),
+                   default=['dinovim-t', 'dinovim-s', 'dinovim-b'])
+    d.add_argument('--host-batch', type=int, default=2,
+                   help='images per view of the host-bound run (0: skip it)')
+    d.add_argument('--no-baseline', action='store_true',
+                   help=f'skip the {DINO_BASELINE} baseline (no ratios)')
+    d.add_argument('--config-dir', default=CONFIG_DIR,
+                   help='where the DINO configs are (default: this checkout\'s '
+                   'configs/dino)')
+    d.add_argument('--rounds', type=int, default=1,
+                   help='measure every config this many times, taking turns, and keep '
+                   "each one's best round")
+    d.add_argument('--compile', choices=COMPILE_MODES,
+                   help='torch.compile both backbones of each DINO model in this mode, '
+                   'as CompileModulesHook does (the baseline only with '
+                   '--compile-baseline)')
+    d.add_argument('--compile-baseline', action='store_true',
+                   help='compile the baseline too')
+    blocks = d.add_mutually_exclusive_group()
+    blocks.add_argument('--graph-blocks', action='store_const', const=True,
+                        dest='graph_blocks', help="replay the backbones' blocks from "
+                        'CUDA graphs, as CUDAGraphBlocksHook does (default: as each '
+                        'config says; the shipped DinoVim configs hold that hook)')
+    blocks.add_argument('--eager-blocks', action='store_const', const=False,
+                        dest='graph_blocks', help='run the blocks eagerly, also where '
+                        'the config holds CUDAGraphBlocksHook')
+    h = sub.add_parser('host', help="the fused path's host work per eager training step, "
+                       'on the CPU with the kernels skipped')
+    h.add_argument('--models', nargs='+',
+                   choices=sorted(n for n, m in MODELS.items() if m['type'] == 'DinoVim'),
+                   default=['dinovim-b', 'dinovim-b-loop'])
+    h.add_argument('--baseline', default='dinovim-b-loop',
+                   help="the row the others' ratios refer to (one of --models)")
+    h.add_argument('--width', type=int, default=64,
+                   help='channels (the depth and layout are the model\'s own)')
+    h.add_argument('--batch', type=int, default=2)
+    h.add_argument('--rounds', type=int, default=3,
+                   help='the models take turns; each keeps its lowest median')
+    h.add_argument('--launch', nargs='+', choices=LAUNCHES, default=['fast'],
+                   help="how the kernels are launched: 'fast' (the package's launcher) "
+                   "and/or 'triton' (Triton's own path); each model under each")
+    k = sub.add_parser('kernel', help='the SSD op alone')
+    k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
+                   default=['chunked', 'triton', 'mamba_ssm'])
+    k.add_argument('--batch', type=int, default=128)
+    k.add_argument('--seqlen', type=int, default=198)
+    k.add_argument('--nheads', type=int, default=24)
+    k.add_argument('--headdim', type=int, default=64)
+    k.add_argument('--dstate', type=int, default=64)
+    k.add_argument('--ngroups', type=int, default=1)
+    p = sub.add_parser('profile', help='time per kernel of one step of one model')
+    p.add_argument('--model', choices=sorted(MODELS), default='dinovim-b')
+    p.add_argument('--size', type=int, default=224)
+    p.add_argument('--batch', type=int, default=128)
+    p.add_argument('--step', choices=['infer', 'train'], default='train')
+    p.add_argument('--top', type=int, default=20, help='rows to print')
+    p.add_argument('--host', action='store_true',
+                   help="the host's self time per operator and autograd function "
+                        '(on CUDA: instead of the time per kernel)')
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if args.amp is None:
+        args.amp = 'none' if args.mode == 'host' else 'bf16'
+    amp = AMP_DTYPES[args.amp]
+    result = dict(mode=args.mode, environment=environment(device),
+                  settings=dict(amp=args.amp, warmup=args.warmup, repeats=args.repeats,
+                                iters=args.iters), command=' '.join(sys.argv))
+    if args.mode == 'models':
+        baseline = None if args.no_baseline else BASELINE
+        specs = {baseline: MODELS[baseline]} if baseline else {}  # measured first
+        for name in args.models:
+            spec = dict(MODELS[name])
+            if spec['type'] == 'DinoVim':
+                spec['mixer_cfg'] = dict(ssd_backend=args.ssd_backend)
+            specs[name] = spec
+        result['settings'].update(sizes=args.sizes, batch_sizes=args.batch_sizes,
+                                  modes=args.modes, ssd_backend=args.ssd_backend,
+                                  cuda_graph=args.cuda_graph, compile=args.compile,
+                                  graph_blocks=args.graph_blocks, rounds=args.rounds)
+        if args.cuda_graph and device.type != 'cuda':
+            raise ValueError('benchmark: --cuda-graph needs a CUDA device')
+        rows = run_models(specs, args.sizes, args.batch_sizes, device, amp, args.modes,
+                          args.warmup, args.repeats, args.iters, baseline,
+                          args.cuda_graph, args.compile, args.graph_blocks, args.rounds)
+        result['rows'] = rows
+        if args.rounds > 1:
+            print(f'best of {args.rounds} rounds per model:')
+        print(format_table(rows, baseline))
+    elif args.mode == 'dino-step':
+        baseline = None if args.no_baseline else DINO_BASELINE
+        names = ([baseline] if baseline else []) + [
+            n for n in args.models if n != baseline]
+        configs = {n: osp.join(args.config_dir, DINO_CONFIGS[n]) for n in names}
+        result['settings'].update(configs=configs, host_batch=args.host_batch,
+                                  compile=args.compile,
+                                  compile_baseline=args.compile_baseline,
+                                  graph_blocks=args.graph_blocks, rounds=args.rounds)
+        rows = run_dino_steps(configs, device, args.warmup, args.repeats, args.iters,
+                              baseline, args.host_batch, args.compile,
+                              args.compile_baseline, args.graph_blocks, args.rounds)
+        result['rows'] = rows
+        if args.rounds > 1:
+            print(f'best of {args.rounds} rounds per config:')
+        print(format_dino_table(rows, baseline))
+    elif args.mode == 'host':
+        result['settings'].update(models=args.models, width=args.width, batch=args.batch,
+                                  rounds=args.rounds, launch=args.launch)
+        specs = {name: MODELS[name] for name in args.models}
+        baseline = args.baseline if args.baseline in specs else None
+        rows = run_host(specs, baseline, args.rounds, args.launch, width=args.width,
+                        batch=args.batch, warmup=args.warmup, repeats=args.repeats,
+                        iters=args.iters, amp=amp)
+        result['rows'] = rows
+        print(format_host_table(rows, baseline))
+    elif args.mode == 'profile':
+        result['settings'].update(model=args.model, size=args.size, batch=args.batch,
+                                  step=args.step, host=args.host)
+        rows = profile_model(MODELS[args.model], args.size, args.batch, device, amp,
+                             args.step, args.warmup, args.iters, host=args.host)
+        result['rows'] = rows
+        print(format_profile(rows, args.top))
+    else:
+        rows = run_kernel(args.backends, args.batch, args.seqlen, args.nheads,
+                          args.headdim, args.dstate, args.ngroups, device,
+                          amp or torch.float32, args.warmup, args.repeats, args.iters)
+        result['rows'] = rows
+    if args.out:
+        dump_atomic(result, args.out)
+    return result
+
+
+if __name__ == '__main__':
+    main()
