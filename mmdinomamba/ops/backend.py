@@ -274,7 +274,7 @@ def _warn_quadratic_memory(x: Tensor) -> None:
     _QUADRATIC_WARNED[0] = True
     warnings.warn(
         f"ssd: backend 'quadratic' materialises a seqlen x seqlen mixing matrix per "
-        f'head: {need / 2**30:.1f} GiB for M alone here (batch {batch} x {nheads} heads '
+        f'head: {need / 2**30:.2f} GiB for M alone here (batch {batch} x {nheads} heads '
         f'x {seqlen}^2 tokens x {itemsize} bytes), and building it holds several such '
         "tensors at once; backend 'chunked' computes the same in O(seqlen) memory",
         stacklevel=3)

@@ -169,6 +169,31 @@ def test_dispatch(backend):
     torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
 
 
+def test_quadratic_warns_once_when_its_matrices_are_large(monkeypatch):
+    """'quadratic' holds a seqlen x seqlen matrix per head: above a size it warns,
+    once, naming the memory (batch x heads x seqlen^2 x bytes) and 'chunked'; below
+    it, or for another backend, it says nothing. The result is the same."""
+    import warnings
+
+    import mmdinomamba.ops.backend as backend
+    args, kwargs = make_inputs(seqlen=13)  # batch 2, 4 heads, float64: 10816 bytes
+    monkeypatch.setattr(backend, '_QUADRATIC_WARNED', [False])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # the default limit (1 GiB): no warning
+        ssd_scan(**args, **kwargs, backend='quadratic')
+        monkeypatch.setattr(backend, 'QUADRATIC_WARN_BYTES', 10816 - 1)
+        ssd_scan(**args, **kwargs, backend='chunked')
+    with pytest.warns(UserWarning) as caught:
+        y = ssd_scan(**args, **kwargs, backend='quadratic')
+        ssd_scan(**args, **kwargs, backend='quadratic')  # once per process
+    (warning, ) = caught
+    message = str(warning.message)
+    assert "backend 'quadratic'" in message and "backend 'chunked'" in message
+    assert '0.00 GiB' in message
+    assert '(batch 2 x 4 heads x 13^2 tokens x 8 bytes)' in message
+    torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
+
+
 def test_backend_choice_is_logged_and_checked(caplog):
     assert resolve_backend('auto', torch.device('cpu')) == 'chunked'
     with pytest.raises(ValueError, match='unknown backend'):

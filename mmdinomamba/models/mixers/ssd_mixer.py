@@ -190,6 +190,9 @@ class SSDMixer(nn.Module):
         if u.dim() != 3 or u.shape[-1] != self.dim:
             raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
                              f'{self.dim}), got {tuple(u.shape)}')
+        if u.shape[1] == 0:
+            raise ValueError(f'SSDMixer: the input has no tokens (seqlen 0, shape '
+                             f'{tuple(u.shape)}); give it at least one token')
         check_finite(u, 'SSDMixer: the input')
         return mixer_core(self.in_proj(u), self.core_params(), self.spec)
 
