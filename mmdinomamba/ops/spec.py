@@ -103,7 +103,8 @@ class MixerParams(NamedTuple):
 def split_projection(zxbcdt: Tensor, spec: MixerSpec) -> Tuple[Tensor, Tensor, Tensor]:
     """The gate z (..., d_inner), the conv input xBC (..., conv_dim) and the raw
     steps dt (..., nheads) of the packed projection ``[z, x, B, C, dt]`` (views)."""
-    return torch.split(zxbcdt, [spec.d_inner, spec.conv_dim, spec.nheads], dim=-1)
+    # split_with_sizes: Tensor.split wraps it in Python
+    return zxbcdt.split_with_sizes((spec.d_inner, spec.conv_dim, spec.nheads), dim=-1)
 
 
 # --------------------------------------------------------------------------- #
