@@ -138,9 +138,13 @@ def plot_rank_vs_layer(report: RankReport, path: str, title: str = '') -> None:
                   label=f'{name}: max')
         ax_o.plot(x, [s['offdiag_rank_mean'] for s in rows], 's--', color=colour,
                   mfc='none', label=f'{name}: mean')
-        algebra = rows[0]['offdiag_bound_algebra']
-        ax_o.axhline(algebra, color=colour, ls=':', lw=1.2,
-                     label=f'{name}: bound {algebra}')
+        bounds = [s['offdiag_bound_algebra'] for s in rows]
+        algebra = max(bounds)
+        if len(set(bounds)) == 1:
+            ax_o.axhline(algebra, color=colour, ls=':', lw=1.2,
+                         label=f'{name}: bound {algebra}')
+        else:  # per layer (the stages of a hierarchical backbone)
+            ax_o.plot(x, bounds, ':', color=colour, lw=1.2, label=f'{name}: bound')
         paper = max(s['offdiag_bound_paper'] for s in rows)
         if paper != algebra:
             notes.append((rows[0]['kind'], paper))

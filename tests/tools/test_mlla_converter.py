@@ -73,10 +73,12 @@ def wrap(state, kind):
         return dict(model=state, optimizer={}, epoch=3, max_accuracy=1.0)
     if kind == 'state_dict_ema':
         return dict(state_dict_ema=state, epoch=3)
+    if kind == 'state_dict':
+        return dict(state_dict=state, meta={})
     return dict(state)
 
 
-@pytest.mark.parametrize('kind', ['model', 'state_dict_ema', 'bare'])
+@pytest.mark.parametrize('kind', ['model', 'state_dict_ema', 'state_dict', 'bare'])
 def test_cli_says_which_weights_it_used(official, tool, tmp_path, capsys, kind):
     src, dst = str(tmp_path / 'official.pth'), str(tmp_path / 'converted.pth')
     torch.save(wrap(official['state_dict'], kind), src)

@@ -1,7 +1,8 @@
 """Official MLLA checkpoints (github LeapLabTHU/MLLA) -> our MLLA classifier.
 
 An official file is a dict with the weights under ``model`` (and, when trained
-with EMA, ``state_dict_ema``) next to training state, or a bare state dict. Its
+with EMA, ``state_dict_ema``) next to training state, or a bare state dict
+(``state_dict`` is also read). Its
 keys are those of the official ``MLLA`` class (``patch_embed.*``,
 ``layers.{i}.blocks.{j}.*``, ``layers.{i}.downsample.*``, ``norm.*``, ``head.*``)
 plus one resolution-bound ``layers.{i}.blocks.{j}.attn.rope.rotations`` buffer per
@@ -34,7 +35,7 @@ import torch
 
 Tensor = torch.Tensor
 
-WEIGHT_KEYS = ('model', 'state_dict_ema')  # where official files keep weights
+WEIGHT_KEYS = ('model', 'state_dict_ema', 'state_dict')  # in order of preference
 ROTATIONS = '.attn.rope.rotations'
 NUM_STAGES = 4
 _BLOCK = re.compile(r'^layers\.(\d+)\.blocks\.(\d+)\.')
@@ -64,25 +65,24 @@ def official_weights(checkpoint, ema: bool = False) -> Tuple[Dict[str, Tensor], 
 
     Args:
         checkpoint (dict): the loaded file.
-        ema (bool): take ``state_dict_ema`` (the model EMA) rather than ``model``.
-            A file with only one of them gives that one. Defaults to False.
+        ema (bool): take ``state_dict_ema`` (the model EMA). Otherwise the first
+            of ``model``, ``state_dict_ema``, ``state_dict`` that the file has, or
+            the file itself (a bare state dict). Defaults to False.
 
     Returns:
-        tuple: (name -> tensor, ``'model'``, ``'state_dict_ema'`` or
-        ``'bare state dict'``).
+        tuple: (name -> tensor, where: ``'model'``, ``'state_dict_ema'``,
+        ``'state_dict'`` or ``'bare state dict'``).
     """
     if not isinstance(checkpoint, dict):
         raise ValueError(f'an MLLA checkpoint must be a dict, got '
                          f'{type(checkpoint).__name__}')
     present = [k for k in WEIGHT_KEYS if isinstance(checkpoint.get(k), dict)]
-    if ema and 'state_dict_ema' not in present and present:
+    if ema and 'state_dict_ema' not in present:
         raise ValueError(f'the checkpoint has no state_dict_ema (it holds '
-                         f'{present}); convert without --ema')
-    if present:
-        source = 'state_dict_ema' if ema or present == ['state_dict_ema'] else 'model'
-        state = checkpoint[source]
-    else:
-        source, state = 'bare state dict', checkpoint
+                         f'{present or "a bare state dict"}); convert without --ema')
+    source = 'state_dict_ema' if ema else (present[0] if present else
+                                           'bare state dict')
+    state = checkpoint[source] if present else checkpoint
     tensors = {k: v for k, v in state.items() if isinstance(k, str) and torch.is_tensor(v)}
     if tensors and all(k.startswith('module.') for k in tensors):
         tensors = {k[len('module.'):]: v for k, v in tensors.items()}
