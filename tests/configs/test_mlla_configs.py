@@ -31,7 +31,8 @@ def test_recipe_and_model(size, dpr, channels, count):
     assert optim.optimizer.type == 'AdamW' and optim.optimizer.weight_decay == 0.05
     assert optim.optimizer.lr == pytest.approx(4e-3)  # 5e-4 * 4096 / 512
     assert optim.clip_grad.max_norm == 5.0
-    assert cfg.auto_scale_lr.base_batch_size == 4096 == 32 * cfg.train_dataloader.batch_size
+    assert cfg.auto_scale_lr.base_batch_size == 4096
+    assert 32 * cfg.train_dataloader.batch_size == 4096
     warmup, cosine = cfg.param_scheduler
     assert (warmup.type, warmup.end, cosine.type, cosine.begin) == (
         'LinearLR', 20, 'CosineAnnealingLR', 20)

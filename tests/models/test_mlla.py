@@ -245,3 +245,21 @@ def test_forward_intermediates_layouts_per_stage():
     assert out.layout_of(2).readout_type == 'mean'
     assert out.mixer_inputs[2].shape == (1, 96, 32)
     assert model.token_mixer(2) is model.layers[1].blocks[1].attn
+
+
+def test_layer_wise_lr_decay_in_mmpretrain():
+    """mmpretrain's constructor asks the classifier, which asks the backbone: one lr
+    per layer id, the stem lowest, the head highest."""
+    from mmpretrain.engine.optimizers import LearningRateDecayOptimWrapperConstructor
+    model = classifier(arch=dict(TINY, depths=[1, 1, 2, 1]), num_classes=3)
+    constructor = LearningRateDecayOptimWrapperConstructor(
+        dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1.0,
+                                                 weight_decay=0.05)),
+        dict(layer_decay_rate=0.5))
+    groups = constructor(model).optimizer.param_groups
+    lr = {g['param_name']: g['lr'] for g in groups}  # one group per tensor
+    assert len(set(lr.values())) == 5 + 2
+    assert lr['backbone.patch_embed.conv1.conv.weight'] == 0.5 ** 6
+    assert lr['backbone.layers.2.blocks.1.attn.qk.weight'] == 0.5 ** 2
+    assert lr['backbone.layers.2.downsample.conv.0.conv.weight'] == 0.5 ** 2
+    assert lr['head.fc.weight'] == lr['backbone.norm3.weight'] == 1.0

@@ -142,7 +142,8 @@ WRONG = {
     'extra key': (lambda official: damaged(official, 'extra'),
                   ['1 unexpected keys: layers.1.blocks.0.attn.gate.weight']),
     'wrong shape': (lambda official: damaged(official, 'shape'),
-                    ['layers.2.blocks.1.dwc.weight (48, 1, 5, 5), expected (48, 1, 3, 3)']),
+                    ['layers.2.blocks.1.dwc.weight (48, 1, 5, 5), expected '
+                     '(48, 1, 3, 3)']),
     'pickled object': (lambda official: dict(model=official['state_dict'],
                                              config=NotATensor()),
                        ['weights_only=True']),

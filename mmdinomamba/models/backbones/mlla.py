@@ -298,6 +298,13 @@ class MLLA(BaseModule):
         if pretrained is None or self._is_init:
             super().init_weights()
             return
+        cfgs = self.init_cfg if isinstance(self.init_cfg, (list, tuple)) else []
+        saved = self.init_cfg
+        self.init_cfg = [c for c in cfgs if c is not pretrained] or None
+        try:
+            super().init_weights()  # the other init_cfg entries first
+        finally:
+            self.init_cfg = saved
         unknown = sorted(set(pretrained) - set(PRETRAINED_KEYS))
         if unknown:
             raise ValueError(f'MLLA init_cfg Pretrained: unknown keys {unknown}; '

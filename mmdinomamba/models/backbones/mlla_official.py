@@ -83,7 +83,8 @@ def official_weights(checkpoint, ema: bool = False) -> Tuple[Dict[str, Tensor], 
     source = 'state_dict_ema' if ema else (present[0] if present else
                                            'bare state dict')
     state = checkpoint[source] if present else checkpoint
-    tensors = {k: v for k, v in state.items() if isinstance(k, str) and torch.is_tensor(v)}
+    tensors = {k: v for k, v in state.items()
+               if isinstance(k, str) and torch.is_tensor(v)}
     if tensors and all(k.startswith('module.') for k in tensors):
         tensors = {k[len('module.'):]: v for k, v in tensors.items()}
     return tensors, source
@@ -227,7 +228,8 @@ def convert(state: Dict[str, Tensor]) -> 'OrderedDict[str, Tensor]':
     missing = [k for k in expected if k not in weights]
     unexpected = [k for k in weights if k not in expected]
     shapes = [f'{k} {tuple(weights[k].shape)}, expected {expected[k]}'
-              for k in expected if k in weights and tuple(weights[k].shape) != expected[k]]
+              for k in expected
+              if k in weights and tuple(weights[k].shape) != expected[k]]
     problems = []
     if missing:
         problems.append(f'{len(missing)} missing keys: {_some(missing)}')
