@@ -174,11 +174,16 @@ def test_activation_maps_per_stage_grid():
 
 
 @pytest.fixture(scope='module')
-def toy_val(tmp_path_factory):
+def toy_root(tmp_path_factory):
     root = str(tmp_path_factory.mktemp('toy') / 'toy')
     make_toy_dataset(root, num_classes=2, train_per_class=2, val_per_class=3,
                      size=64, formats=['imagenet'], style='rich')
-    return load_split(root, 'meta/val.txt', 'val', 64, 'masks/val')
+    return root
+
+
+@pytest.fixture(scope='module')
+def toy_val(toy_root):
+    return load_split(toy_root, 'meta/val.txt', 'val', 64, 'masks/val')
 
 
 def test_comparison_measures_mlla(toy_val):
@@ -212,3 +217,33 @@ def test_comparison_measures_mlla(toy_val):
         assert row['kind'] == 'mlla'
     assert mixer_info(model.token_mixer(0)).keys == ('attention', 'whole')
     assert np.isfinite(m.aucs['cosine'][0]).all()
+
+
+def test_compare_mixers_takes_mlla(toy_root, tmp_path, load_tool):
+    """compare_mixers.py with MLLA beside LinearViT: MLLA's maps, k-NN and ranks
+    (of its whole matrix) reach the report."""
+    tool = load_tool('tools/analysis/compare_mixers.py')
+    configs = {}
+    for name, backbone in (
+            ('mlla', dict(type='MLLA', arch=TINY, img_size=64)),
+            ('lin', dict(type='LinearViT', arch=dict(embed_dims=32, num_layers=2,
+                                                     num_heads=4, mlp_ratio=2),
+                         img_size=64, patch_size=8))):
+        configs[name] = str(tmp_path / f'{name}.py')
+        with open(configs[name], 'w') as f:
+            f.write(f'model = dict(type="Wrapper", backbone={backbone!r})\n')
+    out = str(tmp_path / 'report')
+    tool.main(['--out-dir', out, '--data-root', toy_root, '--img-size', '64',
+               '--model', 'mlla', configs['mlla'], 'random',
+               '--model', 'lin', configs['lin'], 'random', '--pair', 'mlla', 'lin',
+               '--rank-images', '1', '--chunk', '16', '--num-resamples', '20',
+               '--no-progress'])
+    with open(osp.join(out, 'report.json')) as f:
+        report = json.load(f)
+    mlla = report['models'][0]
+    assert (mlla['name'], mlla['kind'], mlla['depth']) == ('mlla', 'mlla', 4)
+    assert [r['key'] for r in mlla['ranks']] == ['whole'] * 4
+    assert mlla['ranks'][0]['rank'] == [256.0]  # 16 x 16 tokens, full rank
+    assert len(mlla['auc_by_method']['attention']) == 4
+    with open(osp.join(out, 'report.md')) as f:
+        assert '| mlla | mlla |' in f.read()
