@@ -247,3 +247,11 @@ def test_compare_mixers_takes_mlla(toy_root, tmp_path, load_tool):
     assert len(mlla['auc_by_method']['attention']) == 4
     with open(osp.join(out, 'report.md')) as f:
         assert '| mlla | mlla |' in f.read()
+
+
+def test_activation_map_model_takes_mlla():
+    from mmdinomamba.analysis import ActivationMapModel
+    torch.manual_seed(0)
+    model = ActivationMapModel(MLLA(arch=TINY), layer=-1, method='attention').eval()
+    maps = model(torch.randn(2, 3, 64, 64), mode='tensor')
+    assert maps.shape == (2, 8, 64, 64) and torch.isfinite(maps).all()
