@@ -282,6 +282,8 @@ def test_bad_arguments_are_named():
         LinearAttentionMixer(10, 3)
     with pytest.raises(ValueError, match='multiple of 4'):
         LinearAttentionMixer(6, 1, rope=True)
+    with pytest.raises(ValueError, match='unknown ssd_backend'):
+        LinearAttentionMixer(DIM, HEADS, forget_gate=True, ssd_backend='cuda')
     mixer = LinearAttentionMixer(DIM, HEADS)
     with pytest.raises(ValueError, match='do not fill the grid'):
         mixer(torch.randn(1, 12, DIM), (3, 5))

@@ -59,7 +59,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from mmdinomamba.ops import check_finite, ssd, ssd_decay_mask
+from mmdinomamba.ops import BACKENDS, check_finite, ssd, ssd_decay_mask
 from .positional import depthwise_conv_matrix, grid_conv, rope_2d
 from .protocol import MixerInfo
 from .ssd_mixer import _init_dt_bias
@@ -125,6 +125,9 @@ class LinearAttentionMixer(nn.Module):
         if rope and dim % 4:
             raise ValueError(f'LinearAttentionMixer: rope needs dim ({dim}) to be a '
                              'multiple of 4 (channel pairs for rows and columns)')
+        if ssd_backend not in BACKENDS:
+            raise ValueError(f'LinearAttentionMixer: unknown ssd_backend '
+                             f'{ssd_backend!r}; choose one of {BACKENDS}')
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
