@@ -25,6 +25,8 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.models.mixers.SSDMixer', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.DinoVim', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.LinearViT', 'MODELS', ALL),
+    ('mmdinomamba.models.backbones.MLLA', 'MODELS', ALL),
+    ('mmdinomamba.models.mixers.LinearAttentionMixer', 'MODELS', ALL),
     ('mmdinomamba.evaluation.BinaryAUC', 'METRICS', CLS_SEG),
     # Binary-AUC evaluation: activation maps as predictions, ImageNet-S label maps
     ('mmdinomamba.analysis.ActivationMapModel', 'MODELS', CLS_SEG),
