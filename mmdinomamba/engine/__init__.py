@@ -1,5 +1,7 @@
-from .checkpoint import (allow_mmengine_checkpoint_types, check_resume_checkpoint,
-                         dump_atomic, find_resume_checkpoint, save_atomic, write_atomic)
+from .checkpoint import (InertRecord, UnsafeCheckpointError,
+                         allow_mmengine_checkpoint_types, check_resume_checkpoint,
+                         dump_atomic, find_resume_checkpoint, load_checkpoint_file,
+                         load_official_checkpoint, save_atomic, write_atomic)
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
                           teardown_distributed)
@@ -14,7 +16,9 @@ from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
 
 __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesHook',
            'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
-           'GroupedOptimWrapperConstructor', 'InitialWeightsHook', 'KNNMonitorHook',
+           'GroupedOptimWrapperConstructor', 'InertRecord', 'InitialWeightsHook',
+           'KNNMonitorHook', 'UnsafeCheckpointError', 'load_checkpoint_file',
+           'load_official_checkpoint',
            'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
            'PerParamClipOptimWrapper', 'ResumableCheckpointHook',
            'allow_mmengine_checkpoint_types', 'check_pretrained_checkpoints',
