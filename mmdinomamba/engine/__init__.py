@@ -5,9 +5,10 @@ from .checkpoint import (InertRecord, UnsafeCheckpointError,
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
                           teardown_distributed)
+from .finite import non_finite
 from .hooks import (CompileModulesHook, CUDAGraphBlocksHook, DINOFreezeLastLayerHook,
                     DINOTeacherMomentumHook, DINOTeacherTempHook, InitialWeightsHook,
-                    KNNMonitorHook, ResumableCheckpointHook)
+                    KNNMonitorHook, NonFiniteStopHook, ResumableCheckpointHook)
 from .optimizers import (GroupedOptimWrapperConstructor, LayerDecayOptimWrapperConstructor,
                          PerParamClipAmpOptimWrapper, PerParamClipOptimWrapper)
 from .pretrained import check_pretrained_checkpoints
@@ -17,12 +18,12 @@ from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
 __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesHook',
            'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
            'GroupedOptimWrapperConstructor', 'InertRecord', 'InitialWeightsHook',
-           'KNNMonitorHook', 'UnsafeCheckpointError', 'load_checkpoint_file',
-           'load_official_checkpoint',
-           'LayerDecayOptimWrapperConstructor', 'PerParamClipAmpOptimWrapper',
-           'PerParamClipOptimWrapper', 'ResumableCheckpointHook',
+           'KNNMonitorHook', 'LayerDecayOptimWrapperConstructor', 'NonFiniteStopHook',
+           'PerParamClipAmpOptimWrapper', 'PerParamClipOptimWrapper',
+           'ResumableCheckpointHook', 'UnsafeCheckpointError',
            'allow_mmengine_checkpoint_types', 'check_pretrained_checkpoints',
            'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
            'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
-           'get_rng_state', 'save_atomic', 'set_rng_state', 'setup_cpu_distributed',
+           'get_rng_state', 'load_checkpoint_file', 'load_official_checkpoint',
+           'non_finite', 'save_atomic', 'set_rng_state', 'setup_cpu_distributed',
            'setup_cpu_threads', 'teardown_distributed', 'write_atomic']
