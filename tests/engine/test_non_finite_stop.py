@@ -1,4 +1,5 @@
-"""Non-finite training stops before it destroys anything (NonFiniteStopHook).
+"""Non-finite training stops before it destroys anything (NonFiniteStopHook, and
+ResumableCheckpointHook's refusal to write non-finite weights).
 
 The process tests put a NaN into a DINO run (DinoVim, and mmpretrain's ViT) at the
 last iteration of epoch 2, with ``max_keep_ckpts=1`` and the backbones' own
@@ -126,12 +127,14 @@ def vit_backbone():
                 img_size=32, patch_size=8, out_type='cls_token', drop_path_rate=0.1)
 
 
-def write_config(toy_root, work_dir, backbone):
+def write_config(toy_root, work_dir, backbone, stop_hook=True):
     cfg = tiny_dino_config(toy_root, str(work_dir), max_epochs=3, num_workers=0)
     if backbone == 'vit':
         cfg.model.backbone = ConfigDict(vit_backbone())
     cfg.default_hooks.checkpoint.update(interval=1, max_keep_ckpts=1)
     assert cfg.default_hooks.non_finite.type == 'NonFiniteStopHook'  # as shipped
+    if not stop_hook:
+        del cfg.default_hooks['non_finite']
     path = str(work_dir / 'cfg.py')
     cfg.dump(path)
     return path
@@ -171,6 +174,21 @@ def test_nan_run_stops_keeping_the_last_good_checkpoint(toy_root, tmp_path, back
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert all_finite(tmp_path / 'epoch_3.pth')
     assert not osp.exists(good)  # max_keep_ckpts=1 again, now that epoch 3 is good
+
+
+def test_without_the_hook_the_checkpoint_hook_refuses_nan_weights(toy_root, tmp_path):
+    """The second line: ResumableCheckpointHook writes no non-finite weights and
+    deletes nothing."""
+    config = write_config(toy_root, tmp_path, 'dinovim', stop_hook=False)
+    proc = train_process(config, '--work-dir', str(tmp_path),
+                         fault=('nan-at-iter', str(NAN_ITER)))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    assert (f'ResumableCheckpointHook: not writing {tmp_path / "epoch_2.pth"}: the '
+            'model holds NaN or infinite values') in output, output[-3000:]
+    assert f'The last good checkpoint, {tmp_path / "epoch_1.pth"}, is kept' in output
+    assert not osp.exists(tmp_path / 'epoch_2.pth')
+    assert all_finite(tmp_path / 'epoch_1.pth')
 
 
 def test_every_training_config_stops_on_non_finite_values():
