@@ -14,14 +14,16 @@ from .optimizers import (GroupedOptimWrapperConstructor, LayerDecayOptimWrapperC
 from .pretrained import check_pretrained_checkpoints
 from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
                         set_rng_state)
+from .work_dir_lock import WorkDirLock, WorkDirLockedError
 
 __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesHook',
            'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
            'GroupedOptimWrapperConstructor', 'InertRecord', 'InitialWeightsHook',
            'KNNMonitorHook', 'LayerDecayOptimWrapperConstructor', 'NonFiniteStopHook',
            'PerParamClipAmpOptimWrapper', 'PerParamClipOptimWrapper',
-           'ResumableCheckpointHook', 'UnsafeCheckpointError',
-           'allow_mmengine_checkpoint_types', 'check_pretrained_checkpoints',
+           'ResumableCheckpointHook', 'UnsafeCheckpointError', 'WorkDirLock',
+           'WorkDirLockedError', 'allow_mmengine_checkpoint_types',
+           'check_pretrained_checkpoints',
            'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
            'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
            'get_rng_state', 'load_checkpoint_file', 'load_official_checkpoint',
