@@ -1,11 +1,13 @@
 """Train a model from a config: the usual OpenMMLab entry point.
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
-                          [--cfg-options k=v ...] [--launcher pytorch]
+                          [--no-strict] [--cfg-options k=v ...] [--launcher pytorch]
 
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
-classes are registered. The run holds the work_dir's lock (one run per work_dir).
+classes are registered. The run holds the work_dir's lock (one run per work_dir),
+and a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
+allows missing tensors).
 """
 import argparse
 import os
@@ -16,10 +18,10 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (WorkDirLock, check_pretrained_checkpoints,
-                                check_resume_checkpoint, find_resume_checkpoint,
-                                setup_cpu_distributed, setup_cpu_threads,
-                                teardown_distributed)
+from mmdinomamba.engine import (StrictLoadHook, WorkDirLock,
+                                check_pretrained_checkpoints, check_resume_checkpoint,
+                                find_resume_checkpoint, setup_cpu_distributed,
+                                setup_cpu_threads, teardown_distributed)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 # --amp: each optimizer wrapper and its mixed-precision twin
@@ -44,6 +46,10 @@ def parse_args():
                         help='do not evaluate during training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual batch size')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='let a load_from checkpoint leave model tensors '
+                        'uninitialised (they keep their initial values; default: '
+                        'refuse, naming them)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings in the config, key=value (e.g. '
@@ -105,6 +111,7 @@ def main():
             stack.enter_context(WorkDirLock(cfg.work_dir))  # one run per work_dir
         setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
         runner = Runner.from_cfg(cfg)
+        runner.register_hook(StrictLoadHook(strict=not args.no_strict))
         runner.train()
         teardown_distributed()  # every process done, then the group goes
 

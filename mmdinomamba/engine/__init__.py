@@ -8,7 +8,8 @@ from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
 from .finite import non_finite
 from .hooks import (CompileModulesHook, CUDAGraphBlocksHook, DINOFreezeLastLayerHook,
                     DINOTeacherMomentumHook, DINOTeacherTempHook, InitialWeightsHook,
-                    KNNMonitorHook, NonFiniteStopHook, ResumableCheckpointHook)
+                    KNNMonitorHook, NonFiniteStopHook, ResumableCheckpointHook,
+                    StrictLoadHook)
 from .optimizers import (GroupedOptimWrapperConstructor, LayerDecayOptimWrapperConstructor,
                          PerParamClipAmpOptimWrapper, PerParamClipOptimWrapper)
 from .pretrained import check_pretrained_checkpoints
@@ -21,8 +22,8 @@ __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesH
            'GroupedOptimWrapperConstructor', 'InertRecord', 'InitialWeightsHook',
            'KNNMonitorHook', 'LayerDecayOptimWrapperConstructor', 'NonFiniteStopHook',
            'PerParamClipAmpOptimWrapper', 'PerParamClipOptimWrapper',
-           'ResumableCheckpointHook', 'UnsafeCheckpointError', 'WorkDirLock',
-           'WorkDirLockedError', 'allow_mmengine_checkpoint_types',
+           'ResumableCheckpointHook', 'StrictLoadHook', 'UnsafeCheckpointError',
+           'WorkDirLock', 'WorkDirLockedError', 'allow_mmengine_checkpoint_types',
            'check_pretrained_checkpoints',
            'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
            'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',

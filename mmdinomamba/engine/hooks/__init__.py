@@ -7,7 +7,9 @@ from .initial_weights_hook import InitialWeightsHook
 from .knn_monitor_hook import KNNMonitorHook
 from .non_finite_stop_hook import NonFiniteStopHook
 from .resumable_checkpoint_hook import ResumableCheckpointHook
+from .strict_load_hook import StrictLoadHook
 
 __all__ = ['CUDAGraphBlocksHook', 'CompileModulesHook', 'DINOFreezeLastLayerHook',
            'DINOTeacherMomentumHook', 'DINOTeacherTempHook', 'InitialWeightsHook',
-           'KNNMonitorHook', 'NonFiniteStopHook', 'ResumableCheckpointHook']
+           'KNNMonitorHook', 'NonFiniteStopHook', 'ResumableCheckpointHook',
+           'StrictLoadHook']
