@@ -4,7 +4,8 @@
                          [--cfg-options k=v ...] [--launcher pytorch]
 
 The checkpoint must fill the model and be finite (``StrictLoadHook``;
-``--no-strict`` allows missing tensors, which keep their initial values).
+``--no-strict`` allows missing tensors, which keep their initial values), and the
+test data must fit the model (see :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
 import os
@@ -14,8 +15,9 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (StrictLoadHook, setup_cpu_distributed,
-                                setup_cpu_threads, teardown_distributed)
+from mmdinomamba.engine import (StrictLoadHook, build_checked_loop, check_config_keys,
+                                setup_cpu_distributed, setup_cpu_threads,
+                                teardown_distributed)
 
 
 def parse_args():
@@ -45,9 +47,11 @@ def main():
     if not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
     cfg = Config.fromfile(args.config)
+    keys = list(cfg.keys())
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:
@@ -57,6 +61,7 @@ def main():
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)
     runner.register_hook(StrictLoadHook(strict=not args.no_strict))
+    build_checked_loop(runner, 'test')  # named errors for data that cannot be tested
     metrics = runner.test()
     if args.out:
         from mmdinomamba.engine import dump_atomic

@@ -6,8 +6,9 @@
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
 classes are registered. The run holds the work_dir's lock (one run per work_dir),
-and a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
-allows missing tensors).
+a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
+allows missing tensors), and the data is checked before training starts (see
+:mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
 import os
@@ -18,10 +19,11 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (StrictLoadHook, WorkDirLock,
-                                check_pretrained_checkpoints, check_resume_checkpoint,
-                                find_resume_checkpoint, setup_cpu_distributed,
-                                setup_cpu_threads, teardown_distributed)
+from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
+                                check_config_keys, check_pretrained_checkpoints,
+                                check_resume_checkpoint, find_resume_checkpoint,
+                                setup_cpu_distributed, setup_cpu_threads,
+                                teardown_distributed)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 # --amp: each optimizer wrapper and its mixed-precision twin
@@ -103,7 +105,10 @@ def is_first_process() -> bool:
 
 def main():
     args = parse_args()
-    cfg = merge_args(Config.fromfile(args.config), args)
+    cfg = Config.fromfile(args.config)
+    keys = list(cfg.keys())
+    cfg = merge_args(cfg, args)
+    check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
     check_pretrained_checkpoints(cfg, CONFIG_ROOT)  # name the command that makes it
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     with ExitStack() as stack:
@@ -112,6 +117,7 @@ def main():
         setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
         runner = Runner.from_cfg(cfg)
         runner.register_hook(StrictLoadHook(strict=not args.no_strict))
+        build_checked_loop(runner, 'train')  # named errors for data that cannot train
         runner.train()
         teardown_distributed()  # every process done, then the group goes
 

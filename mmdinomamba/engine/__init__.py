@@ -15,6 +15,7 @@ from .optimizers import (GroupedOptimWrapperConstructor, LayerDecayOptimWrapperC
 from .pretrained import check_pretrained_checkpoints
 from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
                         set_rng_state)
+from .run_checks import build_checked_loop, check_config_keys
 from .work_dir_lock import WorkDirLock, WorkDirLockedError
 
 __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesHook',
@@ -24,7 +25,7 @@ __all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesH
            'PerParamClipAmpOptimWrapper', 'PerParamClipOptimWrapper',
            'ResumableCheckpointHook', 'StrictLoadHook', 'UnsafeCheckpointError',
            'WorkDirLock', 'WorkDirLockedError', 'allow_mmengine_checkpoint_types',
-           'check_pretrained_checkpoints',
+           'build_checked_loop', 'check_config_keys', 'check_pretrained_checkpoints',
            'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
            'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
            'get_rng_state', 'load_checkpoint_file', 'load_official_checkpoint',
