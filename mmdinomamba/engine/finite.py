@@ -80,6 +80,8 @@ def non_finite(named: Iterable[Tuple[str, object]], distributed: bool = False
         list[str]: the offenders' names in order; empty if all are finite.
     """
     pairs = floating(named)
+    if not pairs:  # nothing to check (the same on every process)
+        return []
     flags, order = finite_flags([t for _, t in pairs])
     flag = ~flags.all()
     found = any_rank(flag) if distributed else bool(flag.item())

@@ -77,9 +77,12 @@ class NonFiniteStopHook(Hook):
         plain = [f'{k}={v}' for k, v in (outputs or {}).items()
                  if isinstance(v, float) and not math.isfinite(v)]
         parts = [torch.isfinite(v).reshape(-1) for v in losses.values()]
-        device = parts[0].device if parts else None
-        parts += [f.to(device) if device is not None else f for _, f in self._steps]
-        finite = torch.cat(parts).all() if parts else torch.tensor(True)
+        parts += [f for _, f in self._steps]
+        if not parts and not plain:  # nothing to check (the same on every rank)
+            return
+        device = parts[0].device if parts else torch.device('cpu')
+        finite = torch.cat([p.to(device) for p in parts]).all() if parts \
+            else torch.tensor(True)
         flag = ~finite | torch.tensor(bool(plain), device=finite.device)
         if not any_rank(flag):
             self._steps = []
