@@ -196,12 +196,16 @@ def test_no_weights_only_false_in_package_and_tools():
 
 UPSTREAM = """
 import sys, torch
-import mmdinomamba
+import mmdinomamba, mmpretrain
+from mmengine.config import Config
 from mmengine.logging import HistoryBuffer
 from mmengine.runner import CheckpointLoader
 checkpoint = torch.load(sys.argv[1])  # torch's default: weights_only=True
 assert CheckpointLoader.load_checkpoint(sys.argv[1], map_location='cpu').keys() \\
     == checkpoint.keys()
+model = mmpretrain.get_model(Config.fromfile(sys.argv[2]), pretrained=sys.argv[1])
+key = 'teacher.backbone.pos_embed'
+assert torch.equal(model.state_dict()[key], checkpoint['state_dict'][key])
 scalars = checkpoint['message_hub']['log_scalars']
 assert scalars and all(type(v) is HistoryBuffer for v in scalars.values())
 print(sorted(scalars)[0], next(iter(scalars.values())).mean())
@@ -209,10 +213,11 @@ print(sorted(scalars)[0], next(iter(scalars.values())).mean())
 
 
 def test_upstream_loaders_read_train_checkpoints_after_import(trained):
-    """In a fresh process, ``import mmdinomamba`` is all that torch.load and
-    mmengine's loader need for a tools/train.py checkpoint."""
-    proc = subprocess.run([sys.executable, '-c', UPSTREAM, trained[1]], env=ENV,
-                          capture_output=True, text=True, timeout=120)
+    """In a fresh process, ``import mmdinomamba`` is all that torch.load,
+    mmengine's loader and mmpretrain.get_model(pretrained=) need for a
+    tools/train.py checkpoint."""
+    proc = subprocess.run([sys.executable, '-c', UPSTREAM, trained[1], trained[0]],
+                          env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'train/' in proc.stdout
 
