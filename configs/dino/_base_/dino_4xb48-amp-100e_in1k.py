@@ -4,7 +4,7 @@
 _base_ = [
     '../../_base_/datasets/imagenet_bs48_dino-multicrop.py',
     '../../_base_/schedules/dino_adamw-coslr-100e.py',
-    'mmpretrain::_base_/default_runtime.py',
+    '../../_base_/default_runtime.py',
 ]
 
 optim_wrapper = dict(type='PerParamClipAmpOptimWrapper')  # fp16, dynamic loss scale
