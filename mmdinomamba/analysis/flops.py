@@ -7,7 +7,7 @@ operator as it is dispatched, after ``einsum``, ``matmul`` and ``F.linear`` have
 been lowered to ``mm`` / ``bmm`` / ``addmm``. So what is written as einsums is
 counted as it runs:
 
-- the SSD scan (:func:`mmdinomamba.ops.ssd`, the chunked algorithm of the
+- the SSD scan (:func:`mmdinomamba.ops.ssd_scan`, the chunked algorithm of the
   PyTorch path): per chunk of Q tokens and head, ``Q^2 (N + P)`` for the
   intra-chunk products, ``Q N P`` for the chunk state and ``Q N P`` for its
   output, plus the inter-chunk recurrence; with its padding, at the chunk size

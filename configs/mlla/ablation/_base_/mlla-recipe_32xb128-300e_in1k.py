@@ -4,7 +4,7 @@
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     '../../_base_/schedules/mlla_adamw-300e_bs4096.py',
-    'mmpretrain::_base_/default_runtime.py',
+    '../../../_base_/default_runtime.py',
 ]
 
 train_dataloader = dict(batch_size=128)
