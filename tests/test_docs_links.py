@@ -1,0 +1,74 @@
+"""Every relative link and image in the project's Markdown resolves.
+
+Pages: README.md, CHANGELOG.md, docs/**/*.md, configs/**/README.md and
+benchmarks/README.md. A link ``[text](target)`` or image ``![alt](target)``
+outside code blocks whose target is not a URL must name an existing file or
+folder, relative to the page; a ``#anchor`` into a Markdown page must name one of
+its headings, slugged as GitHub does.
+"""
+import glob
+import os.path as osp
+import re
+
+import pytest
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+PAGES = sorted(
+    [osp.join(REPO, 'README.md'), osp.join(REPO, 'CHANGELOG.md'),
+     osp.join(REPO, 'benchmarks', 'README.md')]
+    + glob.glob(osp.join(REPO, 'docs', '**', '*.md'), recursive=True)
+    + glob.glob(osp.join(REPO, 'configs', '**', 'README.md'), recursive=True))
+
+LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')
+FENCE = re.compile(r'^(```|~~~).*?^\1', re.M | re.S)
+INLINE_CODE = re.compile(r'`[^`\n]*`')
+
+
+def _prose(text: str) -> str:
+    """The page without fenced code blocks and inline code spans."""
+    return INLINE_CODE.sub('', FENCE.sub('', text))
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to '-'."""
+    heading = INLINE_CODE.sub(lambda m: m.group(0)[1:-1], heading.strip())
+    heading = re.sub(r'[^\w\- ]', '', heading.lower())
+    return heading.replace(' ', '-')
+
+
+def _anchors(path: str) -> set:
+    with open(path, encoding='utf-8') as f:
+        text = FENCE.sub('', f.read())
+    return {_slug(h) for h in re.findall(r'^#{1,6}\s+(.*?)\s*#*\s*$', text, re.M)}
+
+
+def _targets(page: str) -> list:
+    with open(page, encoding='utf-8') as f:
+        return LINK.findall(_prose(f.read()))
+
+
+def test_pages_are_found():
+    names = {osp.relpath(p, REPO) for p in PAGES}
+    assert {'README.md', 'docs/dino.md', 'configs/dino/README.md'} <= names
+
+
+def test_slug_follows_github():
+    assert _slug('Use DinoVim in your own mmseg / mmdet config') == \
+        'use-dinovim-in-your-own-mmseg--mmdet-config'
+    assert _slug('Results on the H200 (2026-12-03)') == 'results-on-the-h200-2026-12-03'
+    assert _slug('The SSD op: `ssd_scan`') == 'the-ssd-op-ssd_scan'
+
+
+@pytest.mark.parametrize('page', PAGES, ids=lambda p: osp.relpath(p, REPO))
+def test_relative_links_and_images_resolve(page):
+    broken = []
+    for target in _targets(page):
+        if re.match(r'^[a-z][a-z0-9+.-]*:', target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition('#')
+        resolved = osp.normpath(osp.join(osp.dirname(page), path)) if path else page
+        if not osp.exists(resolved):
+            broken.append(f'{target}: no such file')
+        elif anchor and resolved.endswith('.md') and anchor not in _anchors(resolved):
+            broken.append(f'{target}: no heading with anchor #{anchor}')
+    assert not broken, f'{osp.relpath(page, REPO)}: ' + '; '.join(broken)
