@@ -72,3 +72,15 @@ def test_relative_links_and_images_resolve(page):
         elif anchor and resolved.endswith('.md') and anchor not in _anchors(resolved):
             broken.append(f'{target}: no heading with anchor #{anchor}')
     assert not broken, f'{osp.relpath(page, REPO)}: ' + '; '.join(broken)
+
+
+def test_every_figure_in_docs_images_is_shown():
+    """Each PNG under docs/images/ appears as an image on some page."""
+    shown = set()
+    for page in PAGES:
+        for target in _targets(page):
+            shown.add(osp.normpath(osp.join(osp.dirname(page), target.partition('#')[0])))
+    figures = glob.glob(osp.join(REPO, 'docs', 'images', '**', '*.png'), recursive=True)
+    assert figures
+    unshown = sorted(osp.relpath(f, REPO) for f in figures if osp.normpath(f) not in shown)
+    assert not unshown, f'figures no page shows: {unshown}'
