@@ -84,3 +84,19 @@ def test_every_figure_in_docs_images_is_shown():
     assert figures
     unshown = sorted(osp.relpath(f, REPO) for f in figures if osp.normpath(f) not in shown)
     assert not unshown, f'figures no page shows: {unshown}'
+
+
+def test_no_dated_narrative_in_readme_docs_configs():
+    """Reference pages and configs carry no diary: no 'round', 'stop N', 'tonight'."""
+    pattern = re.compile(r'\bround\b|stop [0-9]|tonight|\(night\)')
+    files = [osp.join(REPO, 'README.md')] + [
+        f for top in ('docs', 'configs')
+        for f in glob.glob(osp.join(REPO, top, '**', '*'), recursive=True)
+        if osp.isfile(f) and f.endswith(('.md', '.py', '.yml'))]
+    hits = []
+    for path in files:
+        with open(path, encoding='utf-8') as f:
+            for number, line in enumerate(f, 1):
+                if pattern.search(line):
+                    hits.append(f'{osp.relpath(path, REPO)}:{number}: {line.strip()}')
+    assert not hits, '\n'.join(hits)
