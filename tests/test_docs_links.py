@@ -100,3 +100,29 @@ def test_no_dated_narrative_in_readme_docs_configs():
                 if pattern.search(line):
                     hits.append(f'{osp.relpath(path, REPO)}:{number}: {line.strip()}')
     assert not hits, '\n'.join(hits)
+
+
+CONFIG_FOLDERS = sorted(
+    d for d in glob.glob(osp.join(REPO, 'configs', '*'))
+    if osp.isdir(d) and osp.basename(d) != '_base_')
+
+
+@pytest.mark.parametrize('folder', CONFIG_FOLDERS, ids=osp.basename)
+def test_config_folder_readme_has_the_model_zoo_form(folder):
+    """mmpretrain's form: the paper, how to use it, a results table, a citation;
+    every config of the folder appears in the README's links."""
+    with open(osp.join(folder, 'README.md'), encoding='utf-8') as f:
+        text = f.read()
+    assert re.search(r'^> \[.+\]\(https://arxiv\.org/abs/\d{4}\.\d{5}\)', text, re.M)
+    headings = re.findall(r'^## (.+)$', text, re.M)
+    assert headings[:2] == ['Abstract', 'How to use it'], headings
+    assert headings[-2:] == ['Models and results', 'Citation'], headings
+    header = re.search(r'^\| Model \| .*Params.* \| .*FLOPs.* \|.* Config.* \| Download \|$',
+                       text, re.M)
+    assert header, 'results table must read Model | Params | FLOPs | ... | Config | Download'
+    assert '```bibtex' in text
+    linked = {osp.normpath(osp.join(folder, t)) for t in LINK.findall(_prose(text))}
+    leaves = [f for f in glob.glob(osp.join(folder, '**', '*.py'), recursive=True)
+              if '_base_' not in osp.relpath(f, folder).split(osp.sep)]
+    unlinked = sorted(osp.relpath(f, REPO) for f in leaves if osp.normpath(f) not in linked)
+    assert not unlinked, f'configs the README does not list: {unlinked}'
