@@ -64,7 +64,7 @@ def main():
     build_checked_loop(runner, 'test')  # named errors for data that cannot be tested
     metrics = runner.test()
     if args.out:
-        from mmdinomamba.engine import dump_atomic
+        from mmdinomamba.utils import dump_atomic
         dump_atomic(metrics, args.out)
         runner.logger.info(f'metrics written to {args.out}')
     teardown_distributed()  # every process done, then the group goes

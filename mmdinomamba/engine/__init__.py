@@ -1,7 +1,3 @@
-from .checkpoint import (InertRecord, UnsafeCheckpointError,
-                         allow_mmengine_checkpoint_types, check_resume_checkpoint,
-                         dump_atomic, find_resume_checkpoint, load_checkpoint_file,
-                         load_official_checkpoint, save_atomic, write_atomic)
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
                           teardown_distributed)
@@ -16,18 +12,20 @@ from .pretrained import check_pretrained_checkpoints
 from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
                         set_rng_state)
 from .run_checks import build_checked_loop, check_config_keys
+from .work_dir import (check_resume_checkpoint, epoch_checkpoints, epoch_losses,
+                       find_resume_checkpoint, latest_checkpoint, read_scalars)
 from .work_dir_lock import WorkDirLock, WorkDirLockedError
 
-__all__ = ['CPUDistributedDataParallel', 'CUDAGraphBlocksHook', 'CompileModulesHook',
+__all__ = ['CompileModulesHook', 'CPUDistributedDataParallel', 'CUDAGraphBlocksHook',
            'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
-           'GroupedOptimWrapperConstructor', 'InertRecord', 'InitialWeightsHook',
-           'KNNMonitorHook', 'LayerDecayOptimWrapperConstructor', 'NonFiniteStopHook',
+           'GroupedOptimWrapperConstructor', 'InitialWeightsHook', 'KNNMonitorHook',
+           'LayerDecayOptimWrapperConstructor', 'NonFiniteStopHook',
            'PerParamClipAmpOptimWrapper', 'PerParamClipOptimWrapper',
-           'ResumableCheckpointHook', 'StrictLoadHook', 'UnsafeCheckpointError',
-           'WorkDirLock', 'WorkDirLockedError', 'allow_mmengine_checkpoint_types',
-           'build_checked_loop', 'check_config_keys', 'check_pretrained_checkpoints',
-           'check_resume_checkpoint', 'default_cpu_threads', 'dump_atomic',
+           'ResumableCheckpointHook', 'StrictLoadHook', 'WorkDirLock',
+           'WorkDirLockedError', 'build_checked_loop', 'check_config_keys',
+           'check_pretrained_checkpoints', 'check_resume_checkpoint',
+           'default_cpu_threads', 'epoch_checkpoints', 'epoch_losses',
            'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
-           'get_rng_state', 'load_checkpoint_file', 'load_official_checkpoint',
-           'non_finite', 'save_atomic', 'set_rng_state', 'setup_cpu_distributed',
-           'setup_cpu_threads', 'teardown_distributed', 'write_atomic']
+           'get_rng_state', 'latest_checkpoint', 'non_finite', 'read_scalars',
+           'set_rng_state', 'setup_cpu_distributed', 'setup_cpu_threads',
+           'teardown_distributed']

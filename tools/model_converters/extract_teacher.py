@@ -55,8 +55,8 @@ def main(argv=None):
     if not osp.isfile(args.checkpoint):
         parser.error(f'checkpoint not found: {args.checkpoint}')
 
-    from mmdinomamba.engine import (UnsafeCheckpointError, load_checkpoint_file,
-                                    save_atomic)
+    from mmdinomamba.utils import (UnsafeCheckpointError, load_checkpoint_file,
+                                   save_atomic)
     try:
         ckpt = load_checkpoint_file(args.checkpoint, map_location='cpu')
     except (UnsafeCheckpointError, ValueError) as err:

@@ -1,4 +1,4 @@
-"""Checkpoint safety: what a checkpoint may hold, named refusals, atomic writes.
+"""Checkpoint safety: what a checkpoint may hold, and named refusals.
 
 **No file executes code.** Every checkpoint is read with
 ``torch.load(weights_only=True)``: tensors, containers, numbers and strings are
@@ -28,25 +28,20 @@ Dino-Mamba file gets the command that converts it.
 :func:`load_official_checkpoint` reads the official releases, whose files also
 hold an ``argparse.Namespace`` (DINO) or a yacs ``CfgNode`` (MLLA): those become
 plain dicts, anything else is refused naming the file and the global.
-
-**Atomic writes.** :func:`write_atomic` writes a temporary file next to the
-target, fsyncs it and renames it over the target, so a reader sees the old
-content or the new one, never a part; a failed write names the file and the free
-space left.
 """
-import json
-import os
 import os.path as osp
 import pickle
 import re
-import shutil
-import tempfile
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
 from mmengine.logging.history_buffer import HistoryBuffer
+
+__all__ = ['CONVERTER', 'InertRecord', 'OFFICIAL_CONVERTERS', 'OFFICIAL_STAND_INS',
+           'UnsafeCheckpointError', 'allow_mmengine_checkpoint_types',
+           'checkpoint_safe_globals', 'load_checkpoint_file', 'load_official_checkpoint']
 
 # the statistics HistoryBuffer registers for itself (its _set_default_statistics)
 HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
@@ -282,135 +277,3 @@ def load_official_checkpoint(path: str, map_location='cpu') -> Any:
                 'containers, numbers, strings and at most '
                 f'{" / ".join(OFFICIAL_STAND_INS)}')
         return _torch_load(path, map_location)
-
-
-def _fsync(path: str) -> None:
-    """Flush a file, or a directory's entries, to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _free_space(directory: str) -> str:
-    try:
-        return f'{shutil.disk_usage(directory).free / 2**20:.1f} MiB'
-    except OSError:
-        return 'unknown space'
-
-
-def write_atomic(path: str, write: Callable[[str], None], prefix: str = '.tmp-') -> None:
-    """Call ``write(temp_path)`` on a temporary file next to ``path``, then rename.
-
-    The temporary file is fsynced before the rename and the directory after it,
-    so neither a crash nor a power loss leaves a half-written file at ``path``:
-    it holds the old content or the new one. The file gets the usual permissions
-    (``0o666`` less the umask), not the private mode of ``mkstemp``. A failed
-    write removes the temporary file and raises the same error type with a
-    message that names ``path`` and the free space left on its file system (a
-    full disk makes ``torch.save`` fail with "unexpected pos ...").
-
-    Args:
-        path (str): the file to write.
-        write (callable): ``write(temp_path)`` writes the content to ``temp_path``.
-        prefix (str): how the temporary file's name starts (a kill can leave it
-            behind). Defaults to '.tmp-'.
-    """
-    directory = osp.dirname(osp.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix,
-                               suffix=osp.splitext(path)[1])
-    os.close(fd)
-    try:
-        try:
-            write(tmp)
-            _fsync(tmp)
-        except (OSError, RuntimeError) as err:
-            message = (f'writing {path} failed: {err} ({_free_space(directory)} free '
-                       'on its file system; a full disk fails this way: free some '
-                       'space or write elsewhere)')
-            raise (OSError(err.errno, message) if isinstance(err, OSError)
-                   and err.errno else type(err)(message)) from err
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        _fsync(directory)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def dump_atomic(obj: Any, path: str) -> None:
-    """Write ``obj`` to ``path`` (JSON for ``.json``, else pickle) atomically."""
-
-    def write(tmp: str) -> None:
-        if path.endswith('.json'):
-            with open(tmp, 'w') as f:
-                json.dump(obj, f, indent=2, default=float)
-        else:
-            with open(tmp, 'wb') as f:
-                pickle.dump(obj, f)
-
-    write_atomic(path, write)
-
-
-def save_atomic(state: Any, path: str) -> None:
-    """``torch.save`` to ``path`` atomically (temporary file, then rename)."""
-    write_atomic(path, lambda tmp: torch.save(state, tmp))
-
-
-def find_resume_checkpoint(work_dir: str) -> Optional[str]:
-    """The checkpoint that ``--resume`` (without a path) continues from.
-
-    Reads ``WORK_DIR/last_checkpoint``, as mmengine's auto-resume does, but fails
-    clearly where mmengine would log "Auto resumed from the latest checkpoint ."
-    and then fail with "FileNotFoundError:  can not be found.".
-
-    Args:
-        work_dir (str): the run's work directory.
-
-    Returns:
-        str or None: the checkpoint path, or None when the run has saved none
-        (no ``last_checkpoint``: training starts from scratch).
-
-    Raises:
-        FileNotFoundError: ``last_checkpoint`` is empty, or names a file that
-            does not exist; the message names both files.
-    """
-    pointer = osp.join(work_dir, 'last_checkpoint')
-    if not osp.exists(pointer):
-        return None
-    with open(pointer) as f:
-        path = f.read().strip()
-    if not path:
-        raise FileNotFoundError(
-            f'{pointer} is empty: it should name the checkpoint to resume from. '
-            'Pass one with --resume PATH, or delete the file to start from scratch')
-    check_resume_checkpoint(path, f' (named by {pointer})')
-    return path
-
-
-def check_resume_checkpoint(path: str, origin: str = '') -> None:
-    """Fail with a clear message if the checkpoint at ``path`` is absent or empty.
-
-    Only local paths are checked; URLs and other backends are left to mmengine.
-
-    Args:
-        path (str): the checkpoint to resume from.
-        origin (str): where the path came from, appended to the message.
-            Defaults to ''.
-
-    Raises:
-        FileNotFoundError: the file does not exist, or is empty.
-    """
-    if '://' in path:
-        return
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'cannot resume: checkpoint {path}{origin} does not '
-                                'exist')
-    if osp.getsize(path) == 0:
-        raise FileNotFoundError(f'cannot resume: checkpoint {path}{origin} is empty '
-                                '(0 bytes; an interrupted write?)')
