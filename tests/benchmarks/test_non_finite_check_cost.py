@@ -1,4 +1,4 @@
-"""tools/analysis/non_finite_check_cost.py: what it times is the hook's check."""
+"""benchmarks/non_finite_check_cost.py: what it times is the hook's check."""
 import re
 
 import pytest
@@ -9,7 +9,7 @@ from mmdinomamba.models import DinoVim
 
 @pytest.fixture(scope='module')
 def tool(load_tool):
-    return load_tool('tools/analysis/non_finite_check_cost.py')
+    return load_tool('benchmarks/non_finite_check_cost.py')
 
 
 def test_prints_the_gradient_set_of_each_preset(tool, capsys):

@@ -1,7 +1,7 @@
 """Time NonFiniteStopHook's per-step work on a DinoVim's gradients.
 
-    python tools/analysis/non_finite_check_cost.py [--arch tiny base] [--device cpu]
-                                                   [--runs 10]
+    python benchmarks/non_finite_check_cost.py [--arch tiny base] [--device cpu]
+                                               [--runs 10]
 
 Per step the hook flags every gradient the optimizer steps with (one multi-tensor
 infinity norm per dtype) and reads one flag for them and the losses. This prints,
