@@ -24,11 +24,9 @@ from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
                                 check_resume_checkpoint, find_resume_checkpoint,
                                 setup_cpu_distributed, setup_cpu_threads,
                                 teardown_distributed)
+from mmdinomamba.engine.run_config import amp_twin
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
-# --amp: each optimizer wrapper and its mixed-precision twin
-AMP_WRAPPERS = {'OptimWrapper': 'AmpOptimWrapper',
-                'PerParamClipOptimWrapper': 'PerParamClipAmpOptimWrapper'}
 
 
 def parse_args():
@@ -74,8 +72,8 @@ def merge_args(cfg: Config, args) -> Config:
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
     if args.amp or args.amp_dtype:
-        wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
-        cfg.optim_wrapper.type = AMP_WRAPPERS.get(wrapper, wrapper)
+        cfg.optim_wrapper.type = amp_twin(cfg.optim_wrapper.get('type', 'OptimWrapper'),
+                                          amp=True)
         if args.amp_dtype == 'bfloat16':
             cfg.optim_wrapper.dtype = 'bfloat16'
         else:

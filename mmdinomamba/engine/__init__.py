@@ -12,20 +12,25 @@ from .pretrained import check_pretrained_checkpoints
 from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
                         set_rng_state)
 from .run_checks import build_checked_loop, check_config_keys
+from .run_config import (AMP_WRAPPERS, amp_twin, parse_cfg_options, set_data_root,
+                         set_num_workers, set_run_length)
 from .work_dir import (check_resume_checkpoint, epoch_checkpoints, epoch_losses,
-                       find_resume_checkpoint, latest_checkpoint, read_scalars)
+                       find_resume_checkpoint, latest_checkpoint, logged_runs,
+                       read_scalars)
 from .work_dir_lock import WorkDirLock, WorkDirLockedError
 
-__all__ = ['CompileModulesHook', 'CPUDistributedDataParallel', 'CUDAGraphBlocksHook',
-           'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
-           'GroupedOptimWrapperConstructor', 'InitialWeightsHook', 'KNNMonitorHook',
-           'LayerDecayOptimWrapperConstructor', 'NonFiniteStopHook',
-           'PerParamClipAmpOptimWrapper', 'PerParamClipOptimWrapper',
-           'ResumableCheckpointHook', 'StrictLoadHook', 'WorkDirLock',
-           'WorkDirLockedError', 'build_checked_loop', 'check_config_keys',
-           'check_pretrained_checkpoints', 'check_resume_checkpoint',
-           'default_cpu_threads', 'epoch_checkpoints', 'epoch_losses',
-           'epoch_worker_init_fn', 'find_resume_checkpoint', 'gather_rng_states',
-           'get_rng_state', 'latest_checkpoint', 'non_finite', 'read_scalars',
-           'set_rng_state', 'setup_cpu_distributed', 'setup_cpu_threads',
-           'teardown_distributed']
+__all__ = ['AMP_WRAPPERS', 'CompileModulesHook', 'CPUDistributedDataParallel',
+           'CUDAGraphBlocksHook', 'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook',
+           'DINOTeacherTempHook', 'GroupedOptimWrapperConstructor',
+           'InitialWeightsHook', 'KNNMonitorHook', 'LayerDecayOptimWrapperConstructor',
+           'NonFiniteStopHook', 'PerParamClipAmpOptimWrapper',
+           'PerParamClipOptimWrapper', 'ResumableCheckpointHook', 'StrictLoadHook',
+           'WorkDirLock', 'WorkDirLockedError', 'amp_twin', 'build_checked_loop',
+           'check_config_keys', 'check_pretrained_checkpoints',
+           'check_resume_checkpoint', 'default_cpu_threads', 'epoch_checkpoints',
+           'epoch_losses', 'epoch_worker_init_fn', 'find_resume_checkpoint',
+           'gather_rng_states', 'get_rng_state', 'latest_checkpoint', 'logged_runs',
+           'non_finite',
+           'parse_cfg_options', 'read_scalars', 'set_data_root', 'set_num_workers',
+           'set_rng_state', 'set_run_length', 'setup_cpu_distributed',
+           'setup_cpu_threads', 'teardown_distributed']

@@ -5,8 +5,9 @@
   cryptic;
 - :func:`epoch_checkpoints` / :func:`latest_checkpoint`: the ``epoch_N.pth``
   files, by N;
-- :func:`read_scalars` / :func:`epoch_losses`: the records of the latest run's
-  ``vis_data/scalars.json``, and the mean loss of each epoch.
+- :func:`logged_runs` / :func:`read_scalars` / :func:`epoch_losses`: the runs
+  that have logged, the records of a run's ``vis_data/scalars.json``, and the
+  mean loss of each epoch.
 """
 import glob
 import json
@@ -15,7 +16,8 @@ from collections import defaultdict
 from typing import Dict, List, Optional
 
 __all__ = ['check_resume_checkpoint', 'epoch_checkpoints', 'epoch_losses',
-           'find_resume_checkpoint', 'latest_checkpoint', 'read_scalars']
+           'find_resume_checkpoint', 'latest_checkpoint', 'logged_runs',
+           'read_scalars']
 
 
 def find_resume_checkpoint(work_dir: str) -> Optional[str]:
@@ -91,20 +93,41 @@ def latest_checkpoint(work_dir: str) -> str:
     return ckpts[-1]
 
 
-def read_scalars(work_dir: str) -> List[dict]:
-    """The records of ``<work_dir>/<timestamp>/vis_data/scalars.json`` of the
-    latest run in an mmengine work dir (one dict a logged step), [] before the
-    first record is written.
+def logged_runs(work_dir: str) -> List[str]:
+    """The runs of an mmengine work dir that have logged scalars: the names of
+    their ``<timestamp>`` folders (with ``vis_data/scalars.json``), oldest first."""
+    return sorted(osp.basename(osp.dirname(osp.dirname(p))) for p in
+                  glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+
+
+def read_scalars(work_dir: str, run: Optional[str] = None) -> List[dict]:
+    """The records of a run's ``vis_data/scalars.json`` (one dict a logged step).
+
+    Args:
+        work_dir (str): an mmengine work dir.
+        run (str, optional): the run's ``<timestamp>`` folder
+            (:func:`logged_runs`); None: the latest run.
+
+    Returns:
+        list[dict]: the records, without a last line still being written.
 
     Raises:
-        FileNotFoundError: the work dir holds no run with a ``scalars.json``.
+        FileNotFoundError: no such run, or no run that has logged.
     """
-    runs = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
-    if not runs:
-        raise FileNotFoundError(f'no <timestamp>/vis_data/scalars.json under '
-                                f'{work_dir}: no run has logged there')
-    with open(runs[-1]) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    if run is None:
+        runs = logged_runs(work_dir)
+        if not runs:
+            raise FileNotFoundError(f'no <timestamp>/vis_data/scalars.json under '
+                                    f'{work_dir}: no run has logged there')
+        run = runs[-1]
+    path = osp.join(work_dir, run, 'vis_data', 'scalars.json')
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'{path} does not exist: run {run!r} has not logged')
+    with open(path) as f:
+        lines = f.read().split('\n')
+    # a training process appends whole lines; the text after the last newline is
+    # a line it is still writing
+    return [json.loads(line) for line in lines[:-1] if line.strip()]
 
 
 def epoch_losses(records: List[dict], key: str = 'loss') -> Dict[int, float]:
