@@ -1,5 +1,7 @@
 """What a run leaves in its work dir, read back: checkpoints and logged scalars.
 
+- :func:`set_work_dir`: where a run writes (the command line's folder, the
+  config's, or ``./work_dirs/<config name>``);
 - :func:`find_resume_checkpoint` / :func:`check_resume_checkpoint`: the checkpoint
   ``--resume`` continues from, with clear errors where mmengine's would be
   cryptic;
@@ -17,7 +19,17 @@ from typing import Dict, List, Optional
 
 __all__ = ['check_resume_checkpoint', 'epoch_checkpoints', 'epoch_losses',
            'find_resume_checkpoint', 'latest_checkpoint', 'logged_runs',
-           'read_scalars']
+           'read_scalars', 'set_work_dir']
+
+
+def set_work_dir(cfg, work_dir: Optional[str], config_path: str) -> str:
+    """Set ``cfg.work_dir``: ``work_dir`` if given, else the config's own, else
+    ``./work_dirs/<config file name>``, as the OpenMMLab tools do; returns it."""
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
+    return cfg.work_dir
 
 
 def find_resume_checkpoint(work_dir: str) -> Optional[str]:

@@ -165,3 +165,35 @@ def test_amp_twins_and_options():
         'a.b': 1, 'c': [-2, -1], 'd': 'x'}
     with pytest.raises(ValueError, match='KEY=VALUE'):
         parse_cfg_options(['a.b'])
+
+
+def test_the_work_dir_is_the_command_lines_then_the_configs_then_by_name():
+    from mmdinomamba.engine import set_work_dir
+    assert set_work_dir(Config(dict(work_dir='/cfg')), '/cli', 'a/b.py') == '/cli'
+    assert set_work_dir(Config(dict(work_dir='/cfg')), None, 'a/b.py') == '/cfg'
+    cfg = Config(dict())
+    assert set_work_dir(cfg, None, 'configs/x/dino_toy.py') == \
+        osp.join('./work_dirs', 'dino_toy')
+    assert cfg.work_dir == osp.join('./work_dirs', 'dino_toy')
+
+
+def test_the_tools_share_their_run_options(monkeypatch):
+    import argparse
+    import os
+
+    from mmdinomamba.engine import (add_config_args, add_launcher_args,
+                                    export_local_rank)
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    add_launcher_args(parser)
+    args = parser.parse_args(['--cfg-options', 'a.b=1', 'c=[1,2]', '--no-strict',
+                              '--launcher', 'pytorch', '--local-rank', '3'])
+    assert args.cfg_options == {'a.b': 1, 'c': [1, 2]} and args.no_strict
+    monkeypatch.delenv('LOCAL_RANK', raising=False)
+    export_local_rank(args)
+    assert os.environ['LOCAL_RANK'] == '3'
+    monkeypatch.setenv('LOCAL_RANK', '1')  # the launcher's wins
+    export_local_rank(args)
+    assert os.environ['LOCAL_RANK'] == '1'
+    with pytest.raises(SystemExit):
+        parser.parse_args(['--launcher', 'ray'])
