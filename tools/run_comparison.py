@@ -1,4 +1,4 @@
-"""The small comparison recipe: softmax, Mamba-2 and linear attention side by side.
+"""The small comparison recipe: softmax, SSD, linear and MLLA attention side by side.
 
     python tools/run_comparison.py [--work-dir work_dirs/compare] [--epochs 20]
         [--data-root data/toy_rich_compare] [--device cpu|cuda] [--models ...]
@@ -7,8 +7,8 @@
 
 The 'compare' preset of :mod:`mmdinomamba.analysis.recipe`: the rich toy data
 (12 shape-and-texture classes, 64 px, with masks), DINO pretraining of each
-model of ``configs/compare/`` (ViT, DinoVim, LinearViT: same width, depth, data,
-head and schedule), each teacher and each run's init (``init.pth``), a linear
+model of ``configs/compare/`` (ViT, DinoVim, LinearViT, PlainMLLA: same width,
+depth, data, head and schedule), each teacher and each run's init (``init.pth``), a linear
 probe on each, and the report (``<work-dir>/report/report.md`` and its figures:
 k-NN, probe, Binary-AUC by block, mixing-matrix ranks, each teacher's paired
 gain over its init). ``--epochs E`` sets each run's length by name (warm-up a

@@ -83,6 +83,8 @@ COMPARE_MODELS = (
     RecipeModel('linearvit',
                 'configs/compare/dino_linearvit-d192-l12-p8_1xb128-20e_toy-rich.py',
                 'configs/compare/linear-probe_linearvit-d192-l12-p8_1xb128-30e_toy-rich.py'),
+    RecipeModel('mlla', 'configs/compare/dino_mlla-d192-l12-p8_1xb128-20e_toy-rich.py',
+                'configs/compare/linear-probe_mlla-d192-l12-p8_1xb128-30e_toy-rich.py'),
 )
 DEMO_MODELS = (
     RecipeModel('dinovim-toy', 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py',
@@ -142,8 +144,9 @@ PRESETS = {
         gate=True, title='The DINO teacher against its random init'),
     'compare': Preset(
         name='compare',
-        summary='The small comparison recipe: softmax, Mamba-2 and linear attention '
-        'side by side, each DINO teacher against its random init',
+        summary='The small comparison recipe: softmax, Mamba-2 (SSD), linear and '
+        'MLLA-style linear attention side by side, each DINO teacher against its '
+        'random init',
         models=COMPARE_MODELS,
         data=dict(num_classes=12, train_per_class=500, val_per_class=100, size=64,
                   formats=('imagenet', ), style='rich'),

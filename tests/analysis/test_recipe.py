@@ -20,7 +20,7 @@ def test_every_preset_names_configs_that_exist():
         assert preset.models
         for m in preset.models:
             assert osp.isfile(osp.join(ROOT, m.dino)) and osp.isfile(osp.join(ROOT, m.probe))
-    assert list(COMPARE) == ['vit', 'dinovim', 'linearvit']
+    assert list(COMPARE) == ['vit', 'dinovim', 'linearvit', 'mlla']
 
 
 def test_compared_models_share_everything_but_the_backbone():
@@ -36,10 +36,10 @@ def test_compared_models_share_everything_but_the_backbone():
         dicts[name] = json.dumps(d, sort_keys=True, default=str)
     assert len(set(dicts.values())) == 1
     assert {c.model.backbone.type for c in cfgs.values()} == {
-        'mmpretrain.VisionTransformer', 'DinoVim', 'LinearViT'}
+        'mmpretrain.VisionTransformer', 'DinoVim', 'LinearViT', 'PlainMLLA'}
 
 
-@pytest.mark.parametrize('name', ['vit', 'dinovim', 'linearvit'])
+@pytest.mark.parametrize('name', ['vit', 'dinovim', 'linearvit', 'mlla'])
 def test_each_probe_reads_its_dino_runs_backbone(name):
     """The probe's backbone is the DINO config's, frozen, with the last 4 blocks
     read out, and its init_cfg loads that run's teacher."""
@@ -52,7 +52,8 @@ def test_each_probe_reads_its_dino_runs_backbone(name):
     assert init['type'] == 'Pretrained' and init['prefix'] == 'teacher.backbone.'
     assert init['checkpoint'] == f'work_dirs/compare/{name}/epoch_20.pth'
     source = probe.pop('feature_source', None)
-    assert source == {'vit': None, 'dinovim': 'mixer', 'linearvit': 'normed'}[name]
+    assert source == {'vit': None, 'dinovim': 'mixer', 'linearvit': 'normed',
+                      'mlla': 'normed'}[name]
     dino = dino.to_dict()
     dino.pop('init_cfg', None)
     assert probe == dino

@@ -68,7 +68,7 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
             assert 100 * model['probe']['mean'] == pytest.approx(top1[0], abs=1e-4)
             assert model['probe_checkpoint'] == osp.join(probe_dir, 'epoch_1.pth')
             assert f'{name}-{row}: top-1 on the held-out images {top1[0]:.1f} %' in out
-    assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear'}
+    assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear', 'mlla'}
     assert all(m['depth'] == 2 for m in report['models'])
     assert report['meta']['num_val'] == 12
     # each teacher's paired gain over its own start
