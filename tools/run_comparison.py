@@ -36,4 +36,5 @@ logging.getLogger('py.warnings').addHandler(
 from mmdinomamba.analysis.recipe import main  # noqa: E402
 
 if __name__ == '__main__':
-    main('compare', osp.dirname(osp.dirname(osp.abspath(__file__))))
+    main('compare', osp.dirname(osp.dirname(osp.abspath(__file__))),
+         presets=('compare', 'seq256'))

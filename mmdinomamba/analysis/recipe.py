@@ -1,7 +1,8 @@
-"""The DINO recipe on toy data, end to end: one pipeline, two presets.
+"""The DINO recipe on toy data, end to end: one pipeline, three presets.
 
     python tools/run_demo.py         # preset 'demo' (make demo), on a CPU
     python tools/run_comparison.py   # preset 'compare', the mixers side by side
+    python tools/run_comparison.py --preset seq256   # the same at 256 tokens
 
 Steps, each announced when it starts; the libraries' output goes to
 ``<work-dir>/<step>.log`` (a training run) or ``<work-dir>/recipe.log``:
@@ -19,11 +20,12 @@ Steps, each announced when it starts; the libraries' output goes to
    (:func:`~mmdinomamba.analysis.comparison.compare_models`): k-NN top-1, the
    Binary-AUC of the attention and the cosine map, each with its bootstrap
    interval, and the teacher's paired gain; the report and its figures in
-   ``<work-dir>/report/`` (``activation_maps.png``: the teacher's and the init's
-   attention maps of the same images, side by side), and a verdict.
+   ``<work-dir>/report/`` or ``--out`` (``activation_maps.png``: the teacher's
+   and the init's attention maps of the same images, side by side), and a
+   verdict.
 
-The models of a preset are rows of a table (:data:`COMPARE_MODELS`): a DINO
-config and its linear-probe config. The 'demo' preset fails (exit status 1)
+The models of a preset are rows of a table (:data:`COMPARE_MODELS`,
+:data:`SEQ256_MODELS`): a DINO config and its linear-probe config. The 'demo' preset fails (exit status 1)
 unless every loss fell and the teacher's mean beats its init's on both k-NN and
 the attention map's Binary-AUC over the held-out images.
 """
@@ -49,7 +51,7 @@ from mmdinomamba.engine import (amp_twin, epoch_checkpoints, epoch_losses,
 from mmdinomamba.utils import write_atomic
 
 __all__ = ['COMPARE_MODELS', 'PRESETS', 'Preset', 'RecipeError', 'RecipeModel',
-           'TrainingRun', 'build_parser', 'dino_config', 'ended_epochs', 'loss_fell',
+           'SEQ256_MODELS', 'TrainingRun', 'build_parser', 'dino_config', 'ended_epochs', 'loss_fell',
            'main', 'probe_config', 'run_recipe', 'side_by_side', 'verdict', 'watch',
            'warmup_epochs']
 
@@ -86,6 +88,11 @@ COMPARE_MODELS = (
     RecipeModel('mlla', 'configs/compare/dino_mlla-d192-l12-p8_1xb128-20e_toy-rich.py',
                 'configs/compare/linear-probe_mlla-d192-l12-p8_1xb128-30e_toy-rich.py'),
 )
+# The same four at 256 tokens: 4 px patches on the same 64 px images
+SEQ256_MODELS = tuple(
+    RecipeModel(m.name, m.dino.replace('-p8_1xb128-20e_', '-p4_1xb64-6e_'),
+                m.probe.replace('-p8_1xb128-30e_', '-p4_1xb64-5e_'))
+    for m in COMPARE_MODELS)
 DEMO_MODELS = (
     RecipeModel('dinovim-toy', 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py',
                 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py'),
@@ -97,7 +104,7 @@ class Preset:
     """What a recipe runs, as data.
 
     Attributes:
-        name (str): 'demo' or 'compare'.
+        name (str): its name (a key of :data:`PRESETS`).
         summary (str): one line for ``--help``.
         models (tuple[RecipeModel]): the models.
         data (dict): :func:`~mmdinomamba.datasets.make_toy_dataset` arguments.
@@ -153,6 +160,23 @@ PRESETS = {
         replace_data=False, data_root='data/toy_rich_compare',
         work_dir='work_dirs/compare', probe_init=True, probes_in_report=True,
         rank_images=4, layers=None, gate=False),
+    # the four at 256 tokens (4 px patches), where a head of width 64 or 32 bounds
+    # the rank of a linear-attention map well below the sequence length. Sized for
+    # 14 minutes of one H100/H200 (docs/comparison.md, "At 256 tokens"): 250
+    # training and 40 held-out images per class, 6 DINO and 5 probe epochs,
+    # ranks on 2 images
+    'seq256': Preset(
+        name='seq256',
+        summary='The comparison at 256 tokens (4 px patches on the 64 px toy '
+        'images): the four mixers side by side where the rank bound of linear '
+        'attention bites',
+        models=SEQ256_MODELS,
+        data=dict(num_classes=12, train_per_class=250, val_per_class=40, size=64,
+                  formats=('imagenet', ), style='rich'),
+        replace_data=False, data_root='data/toy_rich_seq256',
+        work_dir='work_dirs/compare_seq256', probe_init=True, probes_in_report=True,
+        rank_images=2, layers=None, gate=False,
+        title='Token mixers side by side at 256 tokens'),
 }
 
 
@@ -596,7 +620,7 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
                              layers=list(preset.layers) if preset.layers else None)
     pairs = [(f'{m.name}-dino', f'{m.name}-random') for m in models]
     results['pairs'] = paired_gains(results, pairs)
-    report_dir = osp.join(work_dir, 'report')
+    report_dir = osp.abspath(args.out) if args.out else osp.join(work_dir, 'report')
     paths = write_comparison_report(results, report_dir, display(val.images[:4]),
                                     val.label_maps[:4].numpy(), preset.title)
     say(f'      measured [{time.time() - start:.0f} s]')
@@ -637,17 +661,26 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
     return passed or not preset.gate
 
 
-def build_parser(preset: Preset, root: str) -> argparse.ArgumentParser:
+def build_parser(preset: Preset, root: str,
+                 presets: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The command line of ``preset`` (relative paths are read from the current
-    folder; the defaults lie under ``root``)."""
+    folder; the defaults lie under ``root``), with ``--preset`` among
+    ``presets`` when there are several."""
     names = [m.name for m in preset.models]
     parser = argparse.ArgumentParser(description=preset.summary)
+    if len(presets) > 1:
+        parser.add_argument('--preset', choices=presets, default=preset.name,
+                            help='which recipe (the defaults below are its own): ' +
+                            '; '.join(f'{p}: {PRESETS[p].summary}' for p in presets))
     parser.add_argument('--work-dir', default=osp.join(root, preset.work_dir),
                         help='folder for configs, checkpoints, logs and the report '
                         f'(default: {preset.work_dir} of the repository)')
     parser.add_argument('--data-root', default=osp.join(root, preset.data_root),
                         help=f'toy dataset folder (default: {preset.data_root} of the '
                         'repository)')
+    parser.add_argument('--out',
+                        help='folder for the report, its JSON and its figures '
+                        '(default: report/ in the work dir)')
     parser.add_argument('--models', nargs='+', choices=names, default=names,
                         help='which models to run (default: all)')
     parser.add_argument('--device', choices=['cpu', 'cuda'],
@@ -685,11 +718,17 @@ def build_parser(preset: Preset, root: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main(preset: str, root: str, argv: Optional[Sequence[str]] = None) -> None:
+def main(preset: str, root: str, argv: Optional[Sequence[str]] = None,
+         presets: Sequence[str] = ()) -> None:
     """The command line of a preset: parse ``argv``, run, exit 1 on a failed
-    step or a failed gate."""
+    step or a failed gate. ``presets``: the presets ``--preset`` chooses from
+    (``preset`` is the default), none: ``preset`` alone."""
+    if len(presets) > 1:
+        first = argparse.ArgumentParser(add_help=False)
+        first.add_argument('--preset', choices=presets, default=preset)
+        preset = first.parse_known_args(argv)[0].preset
     chosen = PRESETS[preset]
-    parser = build_parser(chosen, root)
+    parser = build_parser(chosen, root, presets)
     args = parser.parse_args(argv)
     for name in ('epochs', 'probe_epochs', 'train_per_class', 'val_per_class'):
         value = getattr(args, name)

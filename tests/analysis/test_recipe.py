@@ -221,3 +221,67 @@ def test_the_command_line_checks_its_numbers(capsys):
     with pytest.raises(SystemExit):
         recipe.main('compare', ROOT, ['--models', 'mlp'])
     assert "invalid choice: 'mlp'" in capsys.readouterr().err
+
+
+def test_the_preset_is_chosen_on_the_command_line(capsys):
+    """--preset picks the preset whose defaults the rest of the line gets; without
+    several presets there is no --preset."""
+    presets = ('compare', 'seq256')
+    for name in presets:
+        args = recipe.build_parser(recipe.PRESETS[name], ROOT, presets).parse_args(
+            ['--preset', name])
+        assert args.preset == name
+        assert args.work_dir == osp.join(ROOT, recipe.PRESETS[name].work_dir)
+        assert args.val_per_class == recipe.PRESETS[name].data['val_per_class']
+        assert args.out is None
+    with pytest.raises(SystemExit):
+        recipe.main('compare', ROOT, ['--preset', 'seq256', '--epochs', '0'], presets)
+    assert '--epochs must be >= 1, got 0' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe.main('compare', ROOT, ['--preset', 'seq512'], presets)
+    assert "invalid choice: 'seq512'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe.main('compare', ROOT, ['--preset', 'seq256'])
+    assert 'unrecognized arguments: --preset' in capsys.readouterr().err
+
+
+SEQ256 = {m.name: m for m in recipe.SEQ256_MODELS}
+
+
+def test_at_256_tokens_only_the_patching_changes():
+    """Each seq256 model is its 65-token twin with 4 px patches (256 patch
+    tokens), on its own data root and run length; the four share everything but
+    the backbone."""
+    assert list(SEQ256) == list(COMPARE)
+    dicts = {}
+    for name, m in SEQ256.items():
+        cfg = Config.fromfile(osp.join(ROOT, m.dino))
+        twin = Config.fromfile(osp.join(ROOT, COMPARE[name].dino))
+        backbone = cfg.model.backbone.to_dict()
+        assert (backbone['img_size'] // backbone['patch_size']) ** 2 == 256
+        assert dict(backbone, patch_size=8) == twin.model.backbone.to_dict()
+        d = cfg.to_dict()
+        d['model'].pop('backbone')
+        d.pop('filename', None)
+        dicts[name] = json.dumps(d, sort_keys=True, default=str)
+        assert cfg.train_pipeline == twin.train_pipeline  # same crops and blur
+    assert len(set(dicts.values())) == 1
+
+
+@pytest.mark.parametrize('name', ['vit', 'dinovim', 'linearvit', 'mlla'])
+def test_at_256_tokens_each_probe_reads_its_dino_runs_backbone(name):
+    dino = Config.fromfile(osp.join(ROOT, SEQ256[name].dino)).model.backbone.to_dict()
+    probe_cfg = Config.fromfile(osp.join(ROOT, SEQ256[name].probe))
+    twin = Config.fromfile(osp.join(ROOT, COMPARE[name].probe))
+    probe = probe_cfg.model.backbone.to_dict()
+    init = probe.pop('init_cfg')
+    assert init['checkpoint'] == f'work_dirs/compare_seq256/{name}/epoch_6.pth'
+    dino.pop('init_cfg', None)
+    for key in ('out_indices', 'frozen_stages', 'feature_source'):
+        probe.pop(key, None)
+    assert probe == dino
+    # the 65-token probe, but for the patching, the data and the run length
+    assert dict(probe_cfg.model.backbone.to_dict(), patch_size=8,
+                init_cfg=twin.model.backbone.init_cfg) == twin.model.backbone.to_dict()
+    assert probe_cfg.model.neck == twin.model.neck
+    assert probe_cfg.model.head == twin.model.head

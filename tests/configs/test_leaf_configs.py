@@ -278,6 +278,30 @@ def compare_probe(path, cfg):
     assert cfg.model.head.num_classes == 12
 
 
+def compare_dino_seq256(path, cfg):
+    """The comparison at 256 tokens: 4 px patches on the 64 px images, 6 epochs of
+    64 images, one warm-up epoch, the k-NN every 3 epochs."""
+    assert data_roots(cfg) == {'data/toy_rich_seq256'}
+    backbone = cfg.model.backbone
+    assert (backbone.img_size // backbone.patch_size) ** 2 == 256
+    assert cfg.train_cfg.max_epochs == 6 and cfg.train_dataloader.batch_size == 64
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4 * 64 / 256)
+    s = schedulers(cfg)
+    assert s['warmup'].end == s['lr'].begin == 1
+    assert cfg.model.head.out_channels == 4096 and cfg.model.teacher_momentum == 0.99
+    assert hook(cfg, 'KNNMonitorHook').interval == 3
+    hook(cfg, 'InitialWeightsHook')
+
+
+def compare_probe_seq256(path, cfg):
+    assert data_roots(cfg) == {'data/toy_rich_seq256'}
+    backbone = cfg.model.backbone
+    assert (backbone.img_size // backbone.patch_size) ** 2 == 256
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 5
+    assert cfg.optim_wrapper.optimizer.lr == 0.05
+    assert cfg.model.head.num_classes == 12
+
+
 def analysis(path, cfg):
     """A backbone for the rank tools, no data."""
     assert data_roots(cfg) == set()
@@ -295,8 +319,10 @@ FAMILIES: Dict[str, Callable] = {
     r'mlla/': mlla,
     r'dino/dino_dinovim-toy': toy_dino,
     r'linear_probe/dinovim-toy': toy_probe,
-    r'compare/dino_': compare_dino,
-    r'compare/linear-probe_': compare_probe,
+    r'compare/dino_.*-p8_': compare_dino,
+    r'compare/linear-probe_.*-p8_': compare_probe,
+    r'compare/dino_.*-p4_': compare_dino_seq256,
+    r'compare/linear-probe_.*-p4_': compare_probe_seq256,
     r'analysis/': analysis,
 }
 
@@ -328,7 +354,7 @@ def tiny_backbone(backbone: dict) -> dict:
     arch = dict(embed_dims=WIDTH, num_layers=depth)
     if kind == 'DinoVim':
         backbone['mixer_cfg'] = dict(d_state=16, headdim=16)
-    elif kind == 'LinearViT':
+    elif kind in ('LinearViT', 'PlainMLLA'):
         arch.update(num_heads=2, mlp_ratio=2)
     else:
         arch.update(num_heads=2, feedforward_channels=2 * WIDTH)
