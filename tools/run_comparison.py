@@ -4,15 +4,19 @@
         [--data-root data/toy_rich_compare] [--device cpu|cuda] [--models ...]
         [--train-per-class 500] [--val-per-class 100] [--parallel]
         [--cfg-options K=V ...] [--probe-epochs N] [--probe-cfg-options K=V ...]
+        [--out DIR] [--preset compare|seq256]
 
 The 'compare' preset of :mod:`mmdinomamba.analysis.recipe`: the rich toy data
 (12 shape-and-texture classes, 64 px, with masks), DINO pretraining of each
 model of ``configs/compare/`` (ViT, DinoVim, LinearViT, PlainMLLA: same width,
-depth, data, head and schedule), each teacher and each run's init (``init.pth``), a linear
-probe on each, and the report (``<work-dir>/report/report.md`` and its figures:
-k-NN, probe, Binary-AUC by block, mixing-matrix ranks, each teacher's paired
-gain over its init). ``--epochs E`` sets each run's length by name (warm-up a
-tenth). A check of the whole chain on a CPU with a tiny budget::
+depth, data, head and schedule), each teacher and each run's init
+(``init.pth``), a linear probe on each, and the report (``--out``, by default
+``<work-dir>/report/``: ``report.md`` and its figures: k-NN, probe, Binary-AUC
+by block, mixing-matrix ranks, each teacher's paired gain over its init).
+``--preset seq256`` runs the same four at 256 tokens (4 px patches; its own
+data root, work dir and budget: docs/comparison.md, "At 256 tokens").
+``--epochs E`` sets each run's length by name (warm-up a tenth). A check of
+the whole chain on a CPU with a tiny budget::
 
     python tools/run_comparison.py --work-dir /tmp/cmp --device cpu --epochs 1 \\
         --train-per-class 4 --val-per-class 2 --rank-images 1 --num-workers 0 \\

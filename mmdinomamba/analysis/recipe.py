@@ -25,9 +25,10 @@ Steps, each announced when it starts; the libraries' output goes to
    verdict.
 
 The models of a preset are rows of a table (:data:`COMPARE_MODELS`,
-:data:`SEQ256_MODELS`): a DINO config and its linear-probe config. The 'demo' preset fails (exit status 1)
-unless every loss fell and the teacher's mean beats its init's on both k-NN and
-the attention map's Binary-AUC over the held-out images.
+:data:`SEQ256_MODELS`): a DINO config and its linear-probe config. The 'demo'
+preset fails (exit status 1) unless every loss fell and the teacher's mean beats
+its init's on both k-NN and the attention map's Binary-AUC over the held-out
+images.
 """
 import argparse
 import logging
@@ -51,9 +52,9 @@ from mmdinomamba.engine import (amp_twin, epoch_checkpoints, epoch_losses,
 from mmdinomamba.utils import write_atomic
 
 __all__ = ['COMPARE_MODELS', 'PRESETS', 'Preset', 'RecipeError', 'RecipeModel',
-           'SEQ256_MODELS', 'TrainingRun', 'build_parser', 'dino_config', 'ended_epochs', 'loss_fell',
-           'main', 'probe_config', 'run_recipe', 'side_by_side', 'verdict', 'watch',
-           'warmup_epochs']
+           'SEQ256_MODELS', 'TrainingRun', 'build_parser', 'dino_config',
+           'ended_epochs', 'loss_fell', 'main', 'probe_config', 'run_recipe',
+           'side_by_side', 'verdict', 'watch', 'warmup_epochs']
 
 
 class RecipeError(RuntimeError):
