@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mmdinomamba.analysis.recipe import COMPARE_MODELS
+from mmdinomamba.analysis.recipe import COMPARE_MODELS, SEQ256_MODELS
 
 NAMES = [m.name for m in COMPARE_MODELS]
 
@@ -81,3 +81,44 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
                  'activation_maps.png'):
         assert osp.getsize(osp.join(work, 'report', name)) > 0
     assert f'Figure: {osp.join(work, "report", "activation_maps.png")}' in out
+
+
+@pytest.mark.slow
+def test_cpu_run_at_256_tokens_end_to_end(tmp_path, script, capsys):
+    """--preset seq256 through every model of its table, the report at --out:
+    256 patch tokens each (+ [CLS] slots), where a linear-attention head of width
+    64 caps its mixing matrix's rank below the sequence length."""
+    pytest.importorskip('mmpretrain')
+    work, out = str(tmp_path / 'cmp'), str(tmp_path / 'report256')
+    script.main('compare', osp.dirname(osp.dirname(script.__file__)), [
+        '--preset', 'seq256', '--work-dir', work, '--data-root', str(tmp_path / 'data'),
+        '--out', out, '--epochs', '1', '--device', 'cpu', '--train-per-class', '2',
+        '--val-per-class', '1', '--rank-images', '1', '--parallel',
+        '--num-workers', '0', '--cfg-options',
+        'train_dataloader.batch_size=8', 'model.backbone.arch.num_layers=2',
+        'model.head.out_channels=64', 'model.loss.out_channels=64',
+        '--probe-epochs', '1', '--probe-cfg-options',
+        'model.backbone.out_indices=[-2,-1]', 'model.backbone.frozen_stages=2',
+        'model.neck.in_channels=384', 'model.head.in_channels=384',
+        'train_dataloader.batch_size=8'], presets=('compare', 'seq256'))
+    stdout = capsys.readouterr().out
+    for step in range(1, 6):
+        assert f'[{step}/5] ' in stdout
+    assert not osp.exists(osp.join(work, 'report'))
+    with open(osp.join(out, 'report.json')) as f:
+        report = json.load(f)
+    names = [m.name for m in SEQ256_MODELS]
+    assert [m['name'] for m in report['models']] == [
+        f'{n}-{row}' for n in names for row in ('dino', 'random')]
+    tokens = {'softmax': 257, 'ssd': 258, 'linear': 257, 'mlla': 256}
+    for model in report['models']:
+        assert model['depth'] == 2 and model['probe'] is not None
+        for block in model['ranks']:
+            assert block['seqlen'] == tokens[model['kind']]
+            assert block['within_bounds']
+            if model['kind'] == 'linear':  # the bound bites: rank <= D_QK < N
+                assert max(block['rank']) <= block['d_qk'] == 64 < block['seqlen']
+    for name in ('report.md', 'auc_vs_depth.png', 'rank_vs_depth.png',
+                 'activation_maps.png'):
+        assert osp.getsize(osp.join(out, name)) > 0
+    assert f'Report: {osp.join(out, "report.md")}' in stdout
