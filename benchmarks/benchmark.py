@@ -65,7 +65,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import torch
 
 from mmdinomamba.engine import graphed_blocks
-from mmdinomamba.engine.checkpoint import dump_atomic
+from mmdinomamba.utils import dump_atomic
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
 from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,

@@ -8,16 +8,16 @@ The checkpoint must fill the model and be finite (``StrictLoadHook``;
 test data must fit the model (see :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
-import os
 import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (StrictLoadHook, build_checked_loop, check_config_keys,
-                                setup_cpu_distributed, setup_cpu_threads,
-                                teardown_distributed)
+from mmdinomamba.engine import (StrictLoadHook, add_config_args, add_launcher_args,
+                                build_checked_loop, check_config_keys,
+                                export_local_rank, set_work_dir, setup_cpu_distributed,
+                                setup_cpu_threads, teardown_distributed)
 
 
 def parse_args():
@@ -26,19 +26,10 @@ def parse_args():
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the dir to save logs and results')
     parser.add_argument('--out', help='dump the metrics to this JSON/pickle file')
-    parser.add_argument('--no-strict', action='store_true',
-                        help='evaluate a checkpoint that leaves model tensors '
-                        'uninitialised (they keep their initial values; default: '
-                        'refuse, naming them)')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_config_args(parser)
+    add_launcher_args(parser)
     args = parser.parse_args()
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    export_local_rank(args)
     return args
 
 
@@ -52,10 +43,7 @@ def main():
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    set_work_dir(cfg, args.work_dir, args.config)
     cfg.load_from = args.checkpoint
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
@@ -64,7 +52,7 @@ def main():
     build_checked_loop(runner, 'test')  # named errors for data that cannot be tested
     metrics = runner.test()
     if args.out:
-        from mmdinomamba.engine import dump_atomic
+        from mmdinomamba.utils import dump_atomic
         dump_atomic(metrics, args.out)
         runner.logger.info(f'metrics written to {args.out}')
     teardown_distributed()  # every process done, then the group goes

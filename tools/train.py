@@ -15,20 +15,19 @@ import os
 import os.path as osp
 from contextlib import ExitStack
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
+from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, add_config_args,
+                                add_launcher_args, amp_twin, build_checked_loop,
                                 check_config_keys, check_pretrained_checkpoints,
-                                check_resume_checkpoint, find_resume_checkpoint,
+                                check_resume_checkpoint, export_local_rank,
+                                find_resume_checkpoint, set_work_dir,
                                 setup_cpu_distributed, setup_cpu_threads,
                                 teardown_distributed)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
-# --amp: each optimizer wrapper and its mixed-precision twin
-AMP_WRAPPERS = {'OptimWrapper': 'AmpOptimWrapper',
-                'PerParamClipOptimWrapper': 'PerParamClipAmpOptimWrapper'}
 
 
 def parse_args():
@@ -48,20 +47,10 @@ def parse_args():
                         help='do not evaluate during training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual batch size')
-    parser.add_argument('--no-strict', action='store_true',
-                        help='let a load_from checkpoint leave model tensors '
-                        'uninitialised (they keep their initial values; default: '
-                        'refuse, naming them)')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value (e.g. '
-        'model.backbone.arch=tiny train_dataloader.batch_size=8)')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_config_args(parser)
+    add_launcher_args(parser)
     args = parser.parse_args()
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    export_local_rank(args)
     return args
 
 
@@ -69,13 +58,10 @@ def merge_args(cfg: Config, args) -> Config:
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    set_work_dir(cfg, args.work_dir, args.config)
     if args.amp or args.amp_dtype:
-        wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
-        cfg.optim_wrapper.type = AMP_WRAPPERS.get(wrapper, wrapper)
+        cfg.optim_wrapper.type = amp_twin(cfg.optim_wrapper.get('type', 'OptimWrapper'),
+                                          amp=True)
         if args.amp_dtype == 'bfloat16':
             cfg.optim_wrapper.dtype = 'bfloat16'
         else:

@@ -1,17 +1,21 @@
 # Linear probe of the toy DINO run (configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py)
-# on the toy dataset's 4 classes: the recipe of the DinoVim-T probe, shrunk to a
-# CPU minute (readouts of the last 2 of 4 blocks, 64 px crops, 10 epochs).
-_base_ = './dinovim-tiny-p16_4xb128-linear-coslr-100e_in1k.py'
+# on the toy dataset's 4 classes: the DinoVim probe (readouts of the last blocks,
+# frozen backbone, one linear layer) on the toy DinoVim, shrunk to a CPU minute
+# (the last 2 of 4 blocks, 64 px crops, 10 epochs). Composed of fragments: probe
+# model, toy backbone, toy data, toy schedule, runtime.
+_base_ = [
+    '../_base_/models/linear-probe_dinovim-base-p16.py',
+    '../_base_/models/dinovim-toy-p8.py',
+    '../_base_/datasets/toy-rich_linear-probe-64px.py',
+    '../_base_/schedules/linear-probe_toy-sgd-coslr.py',
+    '../_base_/default_runtime.py',
+]
 
-data_root = 'data/toy'
 num_blocks = 2
 max_epochs = 10
 model = dict(
     backbone=dict(
-        arch=dict(_delete_=True, embed_dims=64, num_layers=4),
-        img_size=64,
-        patch_size=8,
-        mixer_cfg=dict(d_state=16, headdim=16, ssd_backend='quadratic'),
+        **_base_.toy_backbone,
         out_indices=list(range(-num_blocks, 0)),
         frozen_stages=4,
         init_cfg=dict(checkpoint='work_dirs/dino_dinovim-toy-p8_1xb8-10e_toy/'
@@ -20,12 +24,8 @@ model = dict(
     head=dict(num_classes=4, in_channels=64 * num_blocks))
 data_preprocessor = dict(num_classes=4)
 
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='RandomResizedCrop', scale=64, backend='pillow'),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='PackInputs'),
-]
+# the ImageNet test view scaled to 64 px: the short side to 64 x 256 / 224, then
+# the centre 64 px
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='ResizeEdge', scale=73, edge='short', interpolation='bicubic',
@@ -33,21 +33,12 @@ test_pipeline = [
     dict(type='CenterCrop', crop_size=64),
     dict(type='PackInputs'),
 ]
-toy_dataset = dict(data_root=data_root, classes=f'{data_root}/classes.txt')
-train_dataloader = dict(batch_size=16, num_workers=1,
-                        dataset=dict(pipeline=train_pipeline, **toy_dataset))
-val_dataloader = dict(batch_size=16, num_workers=1,
-                      dataset=dict(pipeline=test_pipeline, **toy_dataset))
+train_dataloader = dict(batch_size=16, num_workers=1)
+val_dataloader = dict(batch_size=16, num_workers=1, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
-val_evaluator = dict(type='Accuracy', topk=(1, ))
-test_evaluator = val_evaluator
 
 optim_wrapper = dict(optimizer=dict(lr=0.01))
 auto_scale_lr = dict(base_batch_size=16)
-param_scheduler = [
-    dict(type='CosineAnnealingLR', T_max=max_epochs, by_epoch=True, begin=0,
-         end=max_epochs)
-]
 # validated once, after the last epoch (2000 held-out images in make demo)
 train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
 

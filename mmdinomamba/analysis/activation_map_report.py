@@ -24,7 +24,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.evaluator import Evaluator
 from mmengine.structures import BaseDataElement
 
-from mmdinomamba.engine.checkpoint import dump_atomic
+from mmdinomamba.utils import dump_atomic
 from mmdinomamba.evaluation import BinaryAUC, binary_auc, foreground_mask
 from .activation_maps import ActivationMaps, activation_maps, layer_activation_maps
 from .adapters import normalise_layers

@@ -375,7 +375,7 @@ def load_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
         raise ValueError(f'model {spec.name!r}: {spec.config} does not build a '
                          f'backbone ({type(err).__name__}: {err})') from err
     if spec.checkpoint is not None:
-        from mmdinomamba.engine.checkpoint import allow_mmengine_checkpoint_types
+        from mmdinomamba.utils import allow_mmengine_checkpoint_types
         from mmdinomamba.models.checkpoint import load_backbone_checkpoint
         allow_mmengine_checkpoint_types()
         try:
@@ -406,7 +406,7 @@ def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
     from mmpretrain.registry import MODELS
 
     import mmdinomamba  # noqa: F401  registers our classes into mmpretrain
-    from mmdinomamba.engine.checkpoint import allow_mmengine_checkpoint_types
+    from mmdinomamba.utils import allow_mmengine_checkpoint_types
     cfg = _config(spec.probe_config, f'model {spec.name!r}: probe').model
     cfg.backbone.pop('init_cfg', None)
     cfg.pop('data_preprocessor', None)

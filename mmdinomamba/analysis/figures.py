@@ -3,7 +3,7 @@
 matplotlib is imported only when a figure is drawn, so the analysis modules import
 without it.
 """
-from mmdinomamba.engine.checkpoint import write_atomic
+from mmdinomamba.utils import write_atomic
 
 
 def pyplot():

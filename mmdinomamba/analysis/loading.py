@@ -14,7 +14,7 @@ import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import MMLogger, print_log
 
-from mmdinomamba.engine.checkpoint import allow_mmengine_checkpoint_types
+from mmdinomamba.utils import allow_mmengine_checkpoint_types
 from mmdinomamba.models.checkpoint import load_backbone_checkpoint
 
 PARTS = ('backbone', 'model')

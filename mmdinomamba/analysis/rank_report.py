@@ -11,7 +11,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from mmdinomamba.engine.checkpoint import write_atomic
+from mmdinomamba.utils import write_atomic
 from .figures import pyplot, save_figure
 from .mixing_rank import RECORD_COLUMNS, SUMMARY_COLUMNS, RankReport
 

@@ -21,15 +21,18 @@ One rule for every way a backbone gets weights (``init_cfg=dict(type='Pretrained
    mismatches always fail. A ``pos_embed`` made for another grid is not a
    mismatch: the backbone's load hook resizes it.
 
-torch + mmengine only.
+torch, mmengine and the package's leaf, :mod:`mmdinomamba.utils`, only.
 """
 import logging
 import os.path as osp
+from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
+
+from mmdinomamba.utils import load_checkpoint_file, save_atomic
 
 Tensor = torch.Tensor
 
@@ -39,9 +42,12 @@ STATE_DICT_KEYS = ('state_dict', 'teacher', 'model')
 PRETRAINED_KEYS = ('type', 'checkpoint', 'prefix', 'map_location', 'strict')
 # shapes a load hook adapts (pos_embed of another grid)
 RESIZED_ON_LOAD = ('pos_embed', )
+# the backbones of a DINO checkpoint (mmdinomamba.models.selfsup.DINO), by branch
+DINO_BRANCHES = {'teacher': 'teacher.backbone.', 'student': 'backbone.'}
 
-__all__ = ['BACKBONE_PREFIXES', 'KeyReport', 'checked_backbone_state',
-           'checkpoint_state_dict', 'key_report',
+__all__ = ['BACKBONE_PREFIXES', 'DINO_BRANCHES', 'KeyReport', 'checked_backbone_state',
+           'checkpoint_state_dict', 'dino_backbone_state', 'extract_dino_backbone',
+           'key_report',
            'load_backbone_checkpoint', 'load_backbone_state', 'load_pretrained',
            'pretrained_cfg', 'select_backbone_state']
 
@@ -271,3 +277,66 @@ def load_pretrained(backbone: nn.Module, cfg: dict) -> str:
                          f'{strict!r}')
     return load_backbone_checkpoint(backbone, cfg['checkpoint'], cfg.get('prefix'),
                                     strict, cfg.get('map_location', 'cpu'))
+
+
+def dino_backbone_state(state_dict: Dict[str, Tensor],
+                        branch: str = 'teacher') -> 'OrderedDict[str, Tensor]':
+    """One backbone of a DINO model's state dict, its prefix stripped.
+
+    A checkpoint of ``tools/train.py configs/dino/...`` holds the whole
+    :class:`~mmdinomamba.models.selfsup.DINO`: the student (``backbone.*``,
+    ``head.*``), the EMA teacher (``teacher.backbone.*``, ``teacher.head.*``) and
+    the loss centre. The teacher backbone is the one evaluated (as in the paper).
+
+    Args:
+        state_dict (dict): the ``state_dict`` of a DINO checkpoint.
+        branch (str): 'teacher' or 'student'. Defaults to 'teacher'.
+
+    Returns:
+        OrderedDict: the branch's backbone tensors, in the file's order.
+
+    Raises:
+        ValueError: an unknown branch, or no tensor of that branch.
+    """
+    if branch not in DINO_BRANCHES:
+        raise ValueError(f'branch must be one of {sorted(DINO_BRANCHES)}, got '
+                         f'{branch!r}')
+    prefix = DINO_BRANCHES[branch]
+    out = OrderedDict((key[len(prefix):], value) for key, value in state_dict.items()
+                      if key.startswith(prefix))
+    if not out:
+        raise ValueError(f'no `{prefix}*` tensors in the state dict: not a DINO '
+                         f'checkpoint? (first keys: {list(state_dict)[:5]})')
+    return out
+
+
+def extract_dino_backbone(src: str, dst: str, branch: str = 'teacher') -> int:
+    """Write the ``branch`` backbone of the DINO checkpoint ``src`` to ``dst``.
+
+    ``dst`` holds ``state_dict`` (bare backbone keys, what
+    ``init_cfg=dict(type='Pretrained', checkpoint=dst)`` reads) and ``meta``
+    (``source``, ``branch``, and the ``epoch`` and ``iter`` of ``src``); it is
+    written atomically.
+
+    Returns:
+        int: the number of tensors written.
+
+    Raises:
+        FileNotFoundError: ``src`` does not exist.
+        ValueError: ``src`` is empty, not a checkpoint, or not a DINO one.
+        UnsafeCheckpointError: ``src`` holds objects that are not data.
+    """
+    checkpoint = load_checkpoint_file(src, map_location='cpu')
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f'{src}: a checkpoint must be a dict, got '
+                         f'{type(checkpoint).__name__}')
+    try:
+        state = dino_backbone_state(checkpoint.get('state_dict', checkpoint), branch)
+    except ValueError as err:
+        raise ValueError(f'{src}: {err}') from None
+    meta = dict(source=osp.abspath(src), branch=branch)
+    for key in ('epoch', 'iter'):
+        if key in checkpoint.get('meta', {}):
+            meta[key] = checkpoint['meta'][key]
+    save_atomic(dict(state_dict=state, meta=meta), dst)
+    return len(state)

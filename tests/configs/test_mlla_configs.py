@@ -83,7 +83,7 @@ def test_train_runs_the_tiny_config(tmp_path):
     losses = [r['loss'] for r in logs if 'loss' in r]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert [r['accuracy/top1'] for r in logs if 'accuracy/top1' in r]
-    from mmdinomamba.engine import allow_mmengine_checkpoint_types
+    from mmdinomamba.utils import allow_mmengine_checkpoint_types
     allow_mmengine_checkpoint_types()
     ckpt = torch.load(osp.join(work, 'epoch_2.pth'), map_location='cpu',
                       weights_only=True)

@@ -19,8 +19,8 @@ import sys
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import StopAfter, tiny_dino_config, train  # noqa: E402
 
-from mmdinomamba.engine import (allow_mmengine_checkpoint_types,  # noqa: E402
-                                setup_cpu_distributed, teardown_distributed)
+from mmdinomamba.engine import setup_cpu_distributed, teardown_distributed  # noqa: E402
+from mmdinomamba.utils import allow_mmengine_checkpoint_types  # noqa: E402
 
 
 def main():

@@ -10,8 +10,8 @@ from mmengine.runner import Runner
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import tiny_dino_config  # noqa: E402
 
-from mmdinomamba.engine import (save_atomic, setup_cpu_distributed,  # noqa: E402
-                                teardown_distributed)
+from mmdinomamba.engine import setup_cpu_distributed, teardown_distributed  # noqa: E402
+from mmdinomamba.utils import save_atomic  # noqa: E402
 
 
 def main():

@@ -24,9 +24,8 @@ from mmengine.config import Config
 from mmengine.logging import HistoryBuffer
 
 import mmdinomamba  # noqa: F401  (registers the allow-list)
-from mmdinomamba.engine import (InertRecord, UnsafeCheckpointError,
-                                load_checkpoint_file, load_official_checkpoint)
-from mmdinomamba.engine.checkpoint import checkpoint_safe_globals
+from mmdinomamba.utils import (InertRecord, UnsafeCheckpointError, checkpoint_safe_globals,
+                               load_checkpoint_file, load_official_checkpoint)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 import _attack_files as attack  # noqa: E402

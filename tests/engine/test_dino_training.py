@@ -11,7 +11,7 @@ from mmengine.hooks import Hook
 from mmpretrain.registry import MODELS
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import allow_mmengine_checkpoint_types
+from mmdinomamba.utils import allow_mmengine_checkpoint_types
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import ROOT, StopAfter, tiny_dino_config  # noqa: E402

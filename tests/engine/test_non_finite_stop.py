@@ -21,7 +21,8 @@ from mmengine.logging import MessageHub, MMLogger
 from mmengine.optim import OptimWrapper
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import NonFiniteStopHook, load_checkpoint_file, non_finite
+from mmdinomamba.engine import NonFiniteStopHook, non_finite
+from mmdinomamba.utils import load_checkpoint_file
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import ROOT, tiny_dino_config  # noqa: E402

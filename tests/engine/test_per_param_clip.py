@@ -88,7 +88,8 @@ def test_wrapper_rejects_other_clip_arguments():
 
 def test_train_amp_flag_keeps_per_param_clipping(load_tool):
     train = load_tool('tools/train.py')
-    args = argparse.Namespace(launcher='none', cfg_options=None, work_dir='/tmp/w',
+    args = argparse.Namespace(config='x.py', launcher='none', cfg_options=None,
+                              work_dir='/tmp/w',
                               amp=True, amp_dtype=None, resume=None,
                               no_validate=False, auto_scale_lr=False)
     for wrapper, amp_twin in (('PerParamClipOptimWrapper', 'PerParamClipAmpOptimWrapper'),

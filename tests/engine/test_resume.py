@@ -15,8 +15,9 @@ import pytest
 import torch
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (allow_mmengine_checkpoint_types, epoch_worker_init_fn,
-                                find_resume_checkpoint, get_rng_state, set_rng_state)
+from mmdinomamba.engine import (epoch_worker_init_fn, find_resume_checkpoint,
+                                get_rng_state, set_rng_state)
+from mmdinomamba.utils import allow_mmengine_checkpoint_types
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import ROOT, StopAfter, tiny_dino_config, train  # noqa: E402

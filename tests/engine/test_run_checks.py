@@ -191,7 +191,7 @@ def test_the_cpu_ddp_wrapper_installs_the_check(tmp_path):
 
 FULL_DISK = """
 import resource, signal, sys, torch
-from mmdinomamba.engine import save_atomic
+from mmdinomamba.utils import save_atomic
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (200000, resource.RLIM_INFINITY))
 save_atomic({'state_dict': {'w': torch.zeros(500000)}}, sys.argv[1])

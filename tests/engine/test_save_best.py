@@ -9,7 +9,7 @@ import pytest
 from mmengine.config import Config
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import load_checkpoint_file
+from mmdinomamba.utils import load_checkpoint_file
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from _dino_toy import ROOT  # noqa: E402

@@ -1,6 +1,9 @@
-"""tools/model_converters/extract_teacher.py on a key dump of a DINO checkpoint."""
+"""tools/model_converters/extract_teacher.py and the package function it wraps,
+on a key dump of a DINO checkpoint."""
 import pytest
 import torch
+
+from mmdinomamba.models.checkpoint import dino_backbone_state
 
 
 @pytest.fixture(scope='module')
@@ -21,17 +24,17 @@ DUMP = {
 
 
 @pytest.mark.parametrize('branch,values', [('teacher', (3.0, 4.0)), ('student', (1.0, 2.0))])
-def test_convert_keeps_one_backbone(branch, values, extract_teacher):
-    out = extract_teacher.convert(DUMP, branch)
+def test_convert_keeps_one_backbone(branch, values):
+    out = dino_backbone_state(DUMP, branch)
     assert list(out) == ['pos_embed', 'layers.0.norm.weight']
     assert [float(v.flatten()[0]) for v in out.values()] == list(values)
 
 
-def test_convert_rejects_other_checkpoints(extract_teacher):
+def test_convert_rejects_other_checkpoints():
     with pytest.raises(ValueError, match='teacher.backbone'):
-        extract_teacher.convert({'backbone.x': torch.zeros(1)})
+        dino_backbone_state({'backbone.x': torch.zeros(1)})
     with pytest.raises(ValueError, match='branch'):
-        extract_teacher.convert(DUMP, 'ema')
+        dino_backbone_state(DUMP, 'ema')
 
 
 def test_cli_writes_a_loadable_backbone_checkpoint(tmp_path, capsys,

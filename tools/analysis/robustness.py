@@ -16,7 +16,7 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import allow_mmengine_checkpoint_types, dump_atomic
+from mmdinomamba.utils import allow_mmengine_checkpoint_types, dump_atomic
 from mmdinomamba.evaluation.robustness import (PAPER_ROBUSTNESS, ROBUSTNESS_SETS,
                                                format_table, robustness_config,
                                                robustness_row)

@@ -16,9 +16,10 @@ backbone, which also takes the official file as it is.
 """
 import argparse
 
-from mmdinomamba.engine import save_atomic
-from mmdinomamba.models.backbones.mlla_official import (convert, load_checkpoint_file,
-                                                        official_weights, read_arch)
+from mmdinomamba.models.backbones.mlla_official import (convert, official_weights,
+                                                        read_arch)
+from mmdinomamba.utils import (UnsafeCheckpointError, load_official_checkpoint,
+                               save_atomic)
 
 __all__ = ['convert', 'main']
 
@@ -31,9 +32,10 @@ def main(argv=None):
                         help='convert state_dict_ema (the model EMA) instead of model')
     args = parser.parse_args(argv)
     try:
-        weights, source = official_weights(load_checkpoint_file(args.src), args.ema)
+        weights, source = official_weights(load_official_checkpoint(args.src),
+                                           args.ema)
         state = convert(weights)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, UnsafeCheckpointError) as err:
         parser.error(f'{args.src}: {err}')
     arch = read_arch(weights)
     save_atomic(dict(state_dict=state, meta=dict(converted_from=args.src,

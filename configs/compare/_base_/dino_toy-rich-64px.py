@@ -1,13 +1,15 @@
 # The small comparison recipe's shared part: DINO on the rich toy data (12
 # shape-and-texture classes in random colours on cluttered backgrounds, 64 px;
-# tools/run_comparison.py generates them) for one H200. Every model config swaps
-# `model.backbone` only, so the three mixers get the same data, crops, head,
-# schedule and budget. Epochs: tools/run_comparison.py --epochs E rewrites the
-# schedule consistently (it passes schedule_options(E) as --cfg-options).
+# tools/run_comparison.py generates them) for one GPU, composed of the toy data and
+# schedule fragments of the CPU demo (dino_dinovim-toy-p8_1xb8-10e_toy.py) at a
+# larger budget. Every model config swaps `model.backbone` only, so the mixers
+# get the same data, crops, head, schedule and budget. The run's length is
+# `train_cfg.max_epochs` (tools/run_comparison.py --epochs E sets it, and the
+# warm-up, by name).
 _base_ = [
     '../../_base_/models/dino_dinovim-base-p16.py',
-    '../../_base_/datasets/imagenet_bs48_dino-multicrop.py',
-    '../../_base_/schedules/dino_adamw-coslr-100e.py',
+    '../../_base_/datasets/toy-rich_dino-multicrop-64px.py',
+    '../../_base_/schedules/dino_toy-adamw-coslr.py',
     '../../_base_/default_runtime.py',
 ]
 
@@ -20,39 +22,32 @@ max_epochs = 20
 warmup_epochs = 2
 
 model = dict(
-    # BatchNorm in the head, as in the CPU toy recipe (dino_dinovim-toy-p8_1xb8-10e_toy.py):
-    # toy images start with nearly parallel features
+    # BatchNorm in the head, as in the CPU demo: toy images start with nearly
+    # parallel features
     head=dict(in_channels=embed_dims, out_channels=out_channels, hidden_channels=1024,
               bottleneck_channels=128, use_bn=True),
     loss=dict(out_channels=out_channels),
     teacher_momentum=0.99)
 
+# 6 local crops instead of 4
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    # DINO's blur radius range (0.1, 2) px is set for 224 px crops; scaled by
-    # 64 / 224 it keeps the few-pixel textures that carry half of each class
-    dict(type='DINOMultiCrop', global_size=64, local_size=32, num_local_views=6,
-         blur_radius=(0.03, 0.57)),
-    dict(type='PackInputs'),
+    dict(t, num_local_views=6) if t.type == 'DINOMultiCrop' else t
+    for t in _base_.train_pipeline
 ]
 train_dataloader = dict(
     batch_size=batch_size,
     num_workers=12,
     dataset=dict(data_root=data_root, pipeline=train_pipeline))
 
-# one GPU, fp16 AMP (a CPU run needs type='PerParamClipOptimWrapper')
+# one GPU, fp16 AMP (tools/run_comparison.py --device cpu trains in float32)
 optim_wrapper = dict(type='PerParamClipAmpOptimWrapper',
                      optimizer=dict(lr=5e-4 * batch_size / 256))
 auto_scale_lr = dict(base_batch_size=batch_size)
+# two warm-up epochs: the warm-up ends, and the cosine of the lr begins, there
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-4, by_epoch=True, begin=0,
-         end=warmup_epochs, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', T_max=max_epochs - warmup_epochs, eta_min=1e-6,
-         by_epoch=True, begin=warmup_epochs, end=max_epochs,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingParamScheduler', param_name='weight_decay',
-         eta_min_ratio=10.0, by_epoch=True, begin=0, end=max_epochs,
-         convert_to_iter_based=True),
+    dict(s, end=warmup_epochs) if s.type == 'LinearLR' else
+    dict(s, begin=warmup_epochs) if s.type == 'CosineAnnealingLR' else s
+    for s in _base_.param_scheduler
 ]
 train_cfg = dict(max_epochs=max_epochs)
 knn_pipeline = [

@@ -5,7 +5,7 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.runner.checkpoint import weights_to_cpu
 
-from ..checkpoint import save_atomic
+from mmdinomamba.utils import save_atomic
 from .utils import unwrap_model
 
 

@@ -12,7 +12,7 @@ from mmengine.dist import (all_gather_object, broadcast_object_list, get_rank,
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 
-from ..checkpoint import write_atomic
+from mmdinomamba.utils import write_atomic
 from ..finite import non_finite
 from ..rng_state import gather_rng_states, get_rng_state, set_rng_state
 from .utils import unwrap_model
@@ -58,7 +58,7 @@ class ResumableCheckpointHook(CheckpointHook):
        (``max_keep_ckpts``) first, then writes ``epoch_N.pth`` in place, so a kill
        during the write leaves a truncated file and, with ``max_keep_ckpts=1``, no
        checkpoint at all. Here the checkpoint goes to a temporary file that is
-       fsynced and renamed (:func:`~mmdinomamba.engine.write_atomic`), then
+       fsynced and renamed (:func:`~mmdinomamba.utils.write_atomic`), then
        ``last_checkpoint`` is replaced the same way, and only then are the old
        checkpoints deleted. A kill at any point leaves ``last_checkpoint`` naming
        a complete file. Temporary files a killed run left behind are removed

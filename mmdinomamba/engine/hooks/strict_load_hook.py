@@ -5,7 +5,7 @@ from typing import Dict, List
 import torch
 from mmengine.hooks import Hook
 
-from ..checkpoint import CONVERTER
+from mmdinomamba.utils.safe_load import CONVERTER
 from ..finite import non_finite
 from .utils import unwrap_model
 

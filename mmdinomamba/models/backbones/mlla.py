@@ -67,10 +67,10 @@ from mmdinomamba.models.mixers import LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import RopeTable, grid_conv
 from mmdinomamba.models.utils import drop_path_or_identity
 from mmdinomamba.ops import check_finite
+from mmdinomamba.utils import load_official_checkpoint
 from .base import Intermediates, TokenLayout, _normalise_indices, resize_pos_embed
 from .linear_vit import Mlp
-from .mlla_official import (convert, is_official, load_checkpoint_file,
-                            official_weights)
+from .mlla_official import convert, is_official, official_weights
 
 Tensor = torch.Tensor
 Grid = Tuple[int, int]
@@ -459,7 +459,7 @@ class MLLA(BaseModule):
         path = pretrained.get('checkpoint')
         if not path:
             raise ValueError('MLLA init_cfg Pretrained needs a `checkpoint`')
-        checkpoint = load_checkpoint_file(path)
+        checkpoint = load_official_checkpoint(path)
         state = self.checkpoint_state(checkpoint, path)
         load_backbone_state(self, state, pretrained.get('prefix'),
                             pretrained.get('strict', True), path)

@@ -24,9 +24,11 @@ Before mapping, the layout is checked against the one the official class builds
 for the widths, depths and MLP ratio read off the tensors (every key and every
 shape); a foreign or damaged checkpoint fails naming the keys that do not match.
 The head count is not stored in any shape: it comes from the config.
+
+The files are read by :func:`mmdinomamba.utils.load_official_checkpoint`: tensors
+and plain data, the yacs ``CfgNode`` of the training config as a plain dict, any
+other object refused naming the file.
 """
-import os.path as osp
-import pickle
 import re
 from collections import OrderedDict
 from typing import Dict, List, Tuple
@@ -40,24 +42,8 @@ ROTATIONS = '.attn.rope.rotations'
 NUM_STAGES = 4
 _BLOCK = re.compile(r'^layers\.(\d+)\.blocks\.(\d+)\.')
 
-__all__ = ['convert', 'is_official', 'load_checkpoint_file', 'official_layout',
-           'official_weights', 'read_arch']
-
-
-def load_checkpoint_file(path: str):
-    """The one place an official MLLA file is read (tensors and plain types only).
-
-    Raises:
-        FileNotFoundError: ``path`` is not a file.
-        ValueError: the file holds objects other than tensors and plain types.
-    """
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'MLLA checkpoint {path!r} does not exist')
-    try:
-        return torch.load(path, map_location='cpu', weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ValueError(f'{path}: not readable as tensors and plain types '
-                         f'(weights_only=True): {str(err).splitlines()[0]}') from None
+__all__ = ['convert', 'is_official', 'official_layout', 'official_weights',
+           'read_arch']
 
 
 def official_weights(checkpoint, ema: bool = False) -> Tuple[Dict[str, Tensor], str]:

@@ -1,0 +1,414 @@
+"""Every leaf config: the values that matter, its layer-decay rates, and that it
+builds.
+
+A leaf is every ``configs/**/*.py`` outside a ``_base_`` folder. Each belongs to
+one family (:data:`FAMILIES`), whose recipe numbers and data roots it must hold:
+the paper's DINO and linear-probe recipes (DESIGN.md), the dense recipes, the
+Binary-AUC and robustness evaluations, MLLA's classification recipe, and the toy
+recipes of ``make demo`` and the comparison. Incidental values (a logger's
+interval, a visualiser) are not pinned. The layer-decay rates are checked on the
+optimizer the config's constructor builds for a 32-wide backbone of the config's
+depth, against the closed form ``lr * rate ** (depth + 1 - layer)``.
+"""
+import copy
+import functools
+import glob
+import importlib
+import os
+import os.path as osp
+import re
+from typing import Callable, Dict, List
+
+import mmengine.config.utils
+import pytest
+import torch.nn as nn
+from mmengine.config import Config
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+CONFIGS = osp.join(ROOT, 'configs')
+WIDTH = 32
+DEPTH = {'tiny': 24, 'small': 24, 'base': 24}  # DinoVim presets
+WIDTHS = {'tiny': 256, 'small': 512, 'base': 768}
+
+
+def leaf_configs() -> List[str]:
+    paths = glob.glob(osp.join(CONFIGS, '**', '*.py'), recursive=True)
+    return sorted(p for p in paths
+                  if '_base_' not in osp.relpath(p, CONFIGS).split(os.sep))
+
+
+def leaf_id(path: str) -> str:
+    return osp.splitext(osp.relpath(path, CONFIGS))[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> Config:
+    return Config.fromfile(path, format_python_code=False)
+
+
+def load(path: str) -> Config:
+    """The merged config (read once per path: ``mmseg::``/``mmdet::`` bases parse
+    every model-zoo metafile of the package)."""
+    return copy.deepcopy(_load(path))
+
+
+@pytest.fixture(scope='module', autouse=True)
+def parse_upstream_bases_once():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mmengine.config.utils, 'load',
+                      functools.lru_cache(maxsize=None)(mmengine.config.utils.load))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def no_data_root(monkeypatch):
+    """The dense configs read ``$DATA_ROOT``; the defaults are checked."""
+    monkeypatch.delenv('DATA_ROOT', raising=False)
+
+
+def get(cfg, key: str):
+    """``cfg`` at a dotted key (list entries by number)."""
+    node = cfg
+    for part in key.split('.'):
+        node = node[int(part)] if isinstance(node, (list, tuple)) else node[part]
+    return node
+
+
+def data_roots(cfg: Config) -> set:
+    """The data root of every dataset of the config (loaders and hooks)."""
+    found = set()
+
+    def visit(node):
+        if isinstance(node, dict):
+            if 'data_root' in node:
+                found.add(node['data_root'])
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                visit(value)
+
+    for key in cfg.keys():
+        if key != 'data_root':
+            visit(cfg[key])
+    return found
+
+
+def hook(cfg: Config, kind: str) -> dict:
+    found = [h for h in cfg.get('custom_hooks', []) if h.type == kind]
+    assert len(found) == 1, (kind, [h.type for h in cfg.get('custom_hooks', [])])
+    return found[0]
+
+
+def schedulers(cfg: Config) -> Dict[str, dict]:
+    """The param schedulers by what they do: 'warmup', 'lr', 'weight_decay'."""
+    out = {}
+    for s in cfg.param_scheduler:
+        role = s.get('param_name', 'lr')
+        out['warmup' if s.type == 'LinearLR' else role] = s
+    return out
+
+
+def arch_of(path: str) -> str:
+    return re.search(r'-(tiny|small|base)-', osp.basename(path)).group(1)
+
+
+# -- the families ------------------------------------------------------------------------
+
+def dino_in1k(path, cfg):
+    """The official Dino-Mamba DINO recipe (DESIGN.md)."""
+    assert data_roots(cfg) == {'data/imagenet'}
+    assert cfg.train_dataloader.batch_size == 48
+    assert cfg.optim_wrapper.type == 'PerParamClipAmpOptimWrapper'
+    opt = cfg.optim_wrapper.optimizer
+    assert (opt.type, opt.weight_decay) == ('AdamW', 0.04)
+    assert opt.lr == pytest.approx(5e-4 * 48 * 4 / 256)
+    assert cfg.optim_wrapper.clip_grad.max_norm == 3.0
+    assert cfg.train_cfg.max_epochs == 100
+    s = schedulers(cfg)
+    assert (s['warmup'].begin, s['warmup'].end) == (0, 10)
+    assert (s['lr'].begin, s['lr'].end, s['lr'].eta_min) == (10, 100, 1e-6)
+    assert s['weight_decay'].eta_min_ratio == 10.0  # 0.04 -> 0.4
+    model = cfg.model
+    assert model.head.out_channels == model.loss.out_channels == 65536
+    assert (model.loss.student_temp, model.loss.teacher_temp,
+            model.loss.center_momentum) == (0.1, 0.04, 0.9)
+    momentum = hook(cfg, 'DINOTeacherMomentumHook')
+    assert (momentum.base_momentum, momentum.final_momentum) == (0.996, 1.0)
+    assert hook(cfg, 'DINOFreezeLastLayerHook').freeze_epochs == 1
+    crop, = [t for t in cfg.train_pipeline if t.type == 'DINOMultiCrop']
+    assert (crop.global_size, crop.local_size, crop.num_local_views) == (224, 96, 8)
+    backbone = model.backbone
+    if backbone.type == 'DinoVim':
+        arch = arch_of(path)
+        assert backbone.arch == arch and model.head.in_channels == WIDTHS[arch]
+        assert backbone.get('num_registers', 0) == (12 if 'reg' in path else 0)
+    else:
+        assert backbone.type in ('LinearViT', 'mmpretrain.VisionTransformer')
+        assert backbone.arch == 'base' and model.head.in_channels == 768
+    if '-compile-' in path:
+        hook(cfg, 'CompileModulesHook')
+
+
+def probe_in1k(path, cfg):
+    """DINO's linear probe: SGD, 100 epochs, the last n blocks (8 for T and B, 4
+    for S), weight decay 0 / 1e-3 / 1e-2 (T / S / B), on the teacher of the
+    pretraining run."""
+    assert data_roots(cfg) <= {'data/imagenet', 'data/imagenet-a', 'data/imagenet-r',
+                               'data/imagenet-sketch'}
+    assert cfg.train_dataloader.dataset.data_root == 'data/imagenet'
+    opt = cfg.optim_wrapper.optimizer
+    assert opt.type == 'SGD' and opt.momentum == 0.9
+    assert opt.lr == pytest.approx(0.001 * 128 * 4 / 256)
+    assert cfg.train_cfg.max_epochs == 100
+    backbone = cfg.model.backbone
+    arch = arch_of(path) if backbone.type == 'DinoVim' else 'base'
+    blocks = {'tiny': 8, 'small': 4, 'base': 8}[arch]
+    assert opt.weight_decay == {'tiny': 0.0, 'small': 1e-3, 'base': 1e-2}[arch]
+    assert list(backbone.out_indices) == list(range(-blocks, 0))
+    width = WIDTHS[arch]
+    assert cfg.model.neck.in_channels == cfg.model.head.in_channels == width * blocks
+    assert backbone.frozen_stages == (24 if backbone.type == 'DinoVim' else 12)
+    init = backbone.init_cfg
+    assert init.prefix == 'teacher.backbone.' and init.checkpoint.endswith('epoch_100.pth')
+    assert osp.isfile(osp.join(CONFIGS, 'dino', osp.basename(osp.dirname(
+        init.checkpoint)) + '.py'))
+
+
+def robustness(path, cfg):
+    """A probe on another test set: the probe's recipe, the set's data root."""
+    probe_in1k(path, cfg)
+    test_set = re.search(r'_(in-[a-z]+)\.py$', path).group(1)
+    root = {'in-a': 'data/imagenet-a', 'in-r': 'data/imagenet-r',
+            'in-sketch': 'data/imagenet-sketch', 'in-real': 'data/imagenet'}[test_set]
+    assert cfg.test_dataloader.dataset.data_root == root
+
+
+def layer_decay_recipe(rate: float, epochs=None, iters=None):
+    def check(path, cfg):
+        opt = cfg.optim_wrapper
+        assert opt.constructor == 'LayerDecayOptimWrapperConstructor'
+        assert opt.paramwise_cfg == dict(layer_decay_rate=rate, reference_num_layers=12)
+        assert (opt.optimizer.type, opt.optimizer.lr, opt.optimizer.weight_decay) == (
+            'AdamW', 1e-4, 0.05)
+        if epochs is not None:
+            assert cfg.train_cfg.max_epochs == epochs
+        else:
+            assert cfg.train_cfg.max_iters == iters
+        init = cfg.model.backbone.init_cfg
+        assert init.type == 'Pretrained' and not osp.isabs(init.checkpoint)
+    return check
+
+
+def upernet(path, cfg):
+    """UperNet on ADE20K: 160k iterations, 512 crops, layer decay 0.65."""
+    layer_decay_recipe(0.65, iters=160000)(path, cfg)
+    assert data_roots(cfg) == {'data/ade/ADEChallengeData2016'}
+    assert tuple(cfg.crop_size) == (512, 512)
+
+
+def cascade(path, cfg):
+    """Cascade Mask R-CNN on COCO: 12 or 36 epochs, layer decay 0.7."""
+    layer_decay_recipe(0.7, epochs=36 if 'ms-3x' in path else 12)(path, cfg)
+    assert data_roots(cfg) == {'data/coco/'}
+
+
+def binary_auc(path, cfg):
+    """Binary-AUC of the last block's map on a segmentation set."""
+    root = ('data/toy/ade' if path.endswith('toy-ade.py') else 'data/toy'
+            if path.endswith('_toy.py') else 'data/VOCdevkit/VOC2012'
+            if 'voc12' in path else 'data/ImageNetS/ImageNetS919')
+    assert data_roots(cfg) == {root}
+    assert cfg.model.type == 'ActivationMapModel' and cfg.model.layer == -1
+    assert cfg.model.method == ('attention' if 'attn' in path else 'cosine')
+
+
+def mlla(path, cfg):
+    """MLLA's ImageNet recipe (AdamW 5e-4 x 4096 / 512, 300 epochs, clip 5)."""
+    assert data_roots(cfg) == {'data/imagenet'}
+    opt = cfg.optim_wrapper
+    assert opt.optimizer.lr == pytest.approx(5e-4 * 4096 / 512)
+    assert (opt.optimizer.type, opt.optimizer.weight_decay) == ('AdamW', 0.05)
+    assert opt.clip_grad.max_norm == 5.0
+    assert cfg.train_cfg.max_epochs == 300
+    assert schedulers(cfg)['warmup'].end == 20
+
+
+def toy_dino(path, cfg):
+    """make demo's DINO run: 10 epochs of 8 images on the toy data, one warm-up
+    epoch, teacher 0.96 -> 1, prototypes frozen for the whole run."""
+    assert data_roots(cfg) == {'data/toy'}
+    assert cfg.train_cfg.max_epochs == 10 and cfg.train_dataloader.batch_size == 8
+    assert cfg.optim_wrapper.type == 'PerParamClipOptimWrapper'
+    assert cfg.optim_wrapper.optimizer.lr == 5e-4
+    s = schedulers(cfg)
+    assert s['warmup'].end == s['lr'].begin == 1 and 'end' not in s['lr']
+    assert cfg.model.head.out_channels == 1024 and cfg.model.teacher_momentum == 0.96
+    assert hook(cfg, 'DINOFreezeLastLayerHook').freeze_epochs == 10
+    hook(cfg, 'InitialWeightsHook')
+    assert cfg.model.backbone.arch == dict(embed_dims=64, num_layers=4)
+
+
+def toy_probe(path, cfg):
+    assert data_roots(cfg) == {'data/toy'}
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 10
+    assert cfg.optim_wrapper.optimizer.lr == 0.01
+    assert list(cfg.model.backbone.out_indices) == [-2, -1]
+    assert cfg.model.head.num_classes == 4
+
+
+def compare_dino(path, cfg):
+    """The comparison's DINO runs: 20 epochs of 128 images, two warm-up epochs."""
+    assert data_roots(cfg) == {'data/toy_rich_compare'}
+    assert cfg.train_cfg.max_epochs == 20 and cfg.train_dataloader.batch_size == 128
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4 * 128 / 256)
+    s = schedulers(cfg)
+    assert s['warmup'].end == s['lr'].begin == 2
+    assert cfg.model.head.out_channels == 4096 and cfg.model.teacher_momentum == 0.99
+    hook(cfg, 'KNNMonitorHook')
+    hook(cfg, 'InitialWeightsHook')
+
+
+def compare_probe(path, cfg):
+    assert data_roots(cfg) == {'data/toy_rich_compare'}
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 30
+    assert cfg.optim_wrapper.optimizer.lr == 0.05
+    assert cfg.model.head.num_classes == 12
+
+
+def compare_dino_seq256(path, cfg):
+    """The comparison at 256 tokens: 4 px patches on the 64 px images, 6 epochs of
+    64 images, one warm-up epoch, the k-NN every 3 epochs."""
+    assert data_roots(cfg) == {'data/toy_rich_seq256'}
+    backbone = cfg.model.backbone
+    assert (backbone.img_size // backbone.patch_size) ** 2 == 256
+    assert cfg.train_cfg.max_epochs == 6 and cfg.train_dataloader.batch_size == 64
+    assert cfg.optim_wrapper.optimizer.lr == pytest.approx(5e-4 * 64 / 256)
+    s = schedulers(cfg)
+    assert s['warmup'].end == s['lr'].begin == 1
+    assert cfg.model.head.out_channels == 4096 and cfg.model.teacher_momentum == 0.99
+    assert hook(cfg, 'KNNMonitorHook').interval == 3
+    hook(cfg, 'InitialWeightsHook')
+
+
+def compare_probe_seq256(path, cfg):
+    assert data_roots(cfg) == {'data/toy_rich_seq256'}
+    backbone = cfg.model.backbone
+    assert (backbone.img_size // backbone.patch_size) ** 2 == 256
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 5
+    assert cfg.optim_wrapper.optimizer.lr == 0.05
+    assert cfg.model.head.num_classes == 12
+
+
+def analysis(path, cfg):
+    """A backbone for the rank tools, no data."""
+    assert data_roots(cfg) == set()
+    backbone = cfg.model.get('backbone', cfg.model)
+    assert backbone.type in ('DinoVim', 'LinearViT', 'mmpretrain.VisionTransformer')
+
+
+FAMILIES: Dict[str, Callable] = {
+    r'dino/dino_.*_in1k': dino_in1k,
+    r'linear_probe/.*_in1k': probe_in1k,
+    r'robustness/': robustness,
+    r'upernet/': upernet,
+    r'cascade_mask_rcnn/': cascade,
+    r'binary_auc/': binary_auc,
+    r'mlla/': mlla,
+    r'dino/dino_dinovim-toy': toy_dino,
+    r'linear_probe/dinovim-toy': toy_probe,
+    r'compare/dino_.*-p8_': compare_dino,
+    r'compare/linear-probe_.*-p8_': compare_probe,
+    r'compare/dino_.*-p4_': compare_dino_seq256,
+    r'compare/linear-probe_.*-p4_': compare_probe_seq256,
+    r'analysis/': analysis,
+}
+
+
+@pytest.mark.parametrize('path', leaf_configs(), ids=leaf_id)
+def test_values_that_matter(path):
+    families = [check for pattern, check in FAMILIES.items()
+                if re.match(pattern, leaf_id(path))]
+    assert len(families) == 1, f'{leaf_id(path)}: in {len(families)} families'
+    cfg = load(path)
+    if 'model' in cfg and 'default_scope' in cfg:
+        assert cfg.custom_imports.imports == ['mmdinomamba']
+    families[0](path, cfg)
+
+
+# -- layer decay -------------------------------------------------------------------------
+
+def tiny_backbone(backbone: dict) -> dict:
+    """The backbone config at its own depth, 32 channels wide, without weights."""
+    backbone = copy.deepcopy(backbone)
+    kind = backbone['type'].split('.')[-1]
+    if kind == 'VisionTransformer':
+        from mmpretrain.models import VisionTransformer as cls
+    else:
+        cls = getattr(importlib.import_module('mmdinomamba.models'), kind)
+    arch = backbone['arch']
+    depth = arch['num_layers'] if isinstance(arch, dict) else \
+        cls.arch_zoo[arch.lower()]['num_layers']
+    arch = dict(embed_dims=WIDTH, num_layers=depth)
+    if kind == 'DinoVim':
+        backbone['mixer_cfg'] = dict(d_state=16, headdim=16)
+    elif kind in ('LinearViT', 'PlainMLLA'):
+        arch.update(num_heads=2, mlp_ratio=2)
+    else:
+        arch.update(num_heads=2, feedforward_channels=2 * WIDTH)
+    backbone.update(arch=arch, init_cfg=None)
+    return backbone
+
+
+def build_in_scope(cfg: Config, model_cfg: dict):
+    scope = cfg.get('default_scope') or 'mmpretrain'
+    models = importlib.import_module(f'{scope}.registry').MODELS
+    with models.switch_scope_and_registry(scope) as registry:
+        return registry.build(model_cfg)
+
+
+LAYER_DECAY = [p for p in leaf_configs() if re.match(r'(upernet|cascade_mask_rcnn)/',
+                                                     leaf_id(p))]
+
+
+@pytest.mark.parametrize('path', LAYER_DECAY, ids=leaf_id)
+def test_layer_decay_rates(path):
+    """Each layer's lr: ``lr * rate ** (depth + 1 - layer)`` with ``rate =
+    layer_decay_rate ** (12 / depth)`` (the rate is given per block of a 12-block
+    backbone)."""
+    from mmdinomamba.engine import LayerDecayOptimWrapperConstructor
+    cfg = load(path)
+    optim = cfg.optim_wrapper.to_dict()
+    model = nn.Module()
+    model.backbone = build_in_scope(cfg, tiny_backbone(cfg.model.backbone))
+    model.head = nn.Linear(WIDTH, 2)
+    constructor = LayerDecayOptimWrapperConstructor(
+        dict(type=optim['type'], optimizer=optim['optimizer']), optim['paramwise_cfg'])
+    depth = len(model.backbone.layers)
+    rate = optim['paramwise_cfg']['layer_decay_rate'] ** (12 / depth)
+    lr = optim['optimizer']['lr']
+    layers = set()
+    for group in constructor(model).optimizer.param_groups:
+        layer = group['layer_id']
+        layers.add(layer)
+        assert group['lr'] == pytest.approx(lr * rate ** (depth + 1 - layer), rel=1e-12)
+    assert layers == set(range(depth + 2))
+
+
+# -- every leaf builds -------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize('path', leaf_configs(), ids=leaf_id)
+def test_every_leaf_builds(path):
+    """The leaf's model, built in its scope with a 32-wide backbone of its own
+    depth (every other part as configured)."""
+    cfg = load(path)
+    model_cfg = cfg.model.to_dict()
+    if 'backbone' in model_cfg:
+        model_cfg['backbone'] = tiny_backbone(model_cfg['backbone'])
+    else:
+        model_cfg = tiny_backbone(model_cfg)
+    model = build_in_scope(cfg, model_cfg)
+    assert sum(p.numel() for p in model.parameters()) > 0
