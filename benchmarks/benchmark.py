@@ -7,7 +7,7 @@ A benchmark beside the package (it is not installed with it), run from a checkou
         --out work_dirs/benchmark.json
     python benchmarks/benchmark.py --device cpu host    # the fused path's host work
     python benchmarks/benchmark.py kernel --batch 128 --seqlen 198
-    python benchmarks/benchmark.py profile --model dinovim-b --step train
+    python benchmarks/benchmark.py profile --model dinovim-base --step train
 
 ``benchmarks/README.md`` says what each mode measures and holds the current figures.
 Every mode measures in one process, so that ratios compare like with like; the
@@ -58,33 +58,44 @@ from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
                              triton_available)
+from mmdinomamba.zoo import BACKBONES, canonical_name
 
-# Backbones by name; 'vit-b' is the baseline every ratio refers to.
-MODELS = {
-    'dinovim-t': dict(type='DinoVim', arch='tiny'),
-    'dinovim-s': dict(type='DinoVim', arch='small'),
-    'dinovim-b': dict(type='DinoVim', arch='base'),
-    'reg-b': dict(type='DinoVim', arch='base', num_registers=12),
-    'linearvit-b': dict(type='LinearViT', arch='base'),
-    'vit-b': dict(type='ViT', arch='base'),
+# Backbones by their names in mmdinomamba.zoo (the short aliases, dinovim-t, reg-b,
+# ..., are accepted too: model_name); 'vit-base' is the baseline every ratio refers
+# to: mmpretrain's VisionTransformer, or timm's (build_vit_b).
+MODELS = {name: dict(BACKBONES[name][0])
+          for name in ('dinovim-tiny', 'dinovim-small', 'dinovim-base',
+                       'dinomamba-reg-base', 'linearvit-base', 'vit-base')}
+MODELS.update({
     # the block modules called one at a time (the stack runner DinoVim.loop_blocks):
     # the eager path before the one-call stack, the same numbers
-    **{f'dinovim-{s}-loop': dict(type='DinoVim', arch=a, stack_runner='loop')
-       for s, a in (('t', 'tiny'), ('s', 'small'), ('b', 'base'))},
-}
-BASELINE = 'vit-b'
+    f'{name}-loop': dict(spec, stack_runner='loop')
+    for name, spec in list(MODELS.items()) if spec['type'] == 'DinoVim'
+    and 'num_registers' not in spec})
+BASELINE = 'vit-base'
 # The repository's configs/, found from this file's place in the checkout
 # (``dino-step --config-dir`` points elsewhere)
 CONFIG_DIR = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs',
                       'dino')
 # The shipped DINO pretraining configs by name, as files of a config directory
-DINO_CONFIGS = {
-    name: f'dino_{arch}-p16_4xb48-amp-100e_in1k.py'
-    for name, arch in (('dinovim-t', 'dinovim-tiny'), ('dinovim-s', 'dinovim-small'),
-                       ('dinovim-b', 'dinovim-base'), ('reg-b', 'dinomamba-reg-base'),
-                       ('linearvit-b', 'linearvit-base'), ('vit-b', 'vit-base'))
-}
-DINO_BASELINE = 'vit-b'
+DINO_CONFIGS = {name: f'dino_{name}-p16_4xb48-amp-100e_in1k.py'
+                for name in ('dinovim-tiny', 'dinovim-small', 'dinovim-base',
+                             'dinomamba-reg-base', 'linearvit-base', 'vit-base')}
+DINO_BASELINE = 'vit-base'
+LOOP = '-loop'
+
+
+def model_name(text: str) -> str:
+    """A model's name in :data:`MODELS`: a zoo name or alias, with ``-loop`` kept
+    (``dinovim-b-loop`` -> ``dinovim-base-loop``); argparse reports a bad one."""
+    if text in MODELS:
+        return text
+    loop = text.endswith(LOOP)
+    try:
+        name = canonical_name(text[:-len(LOOP)] if loop else text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    return name + LOOP if loop else name
 AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'none': None}
 DROP_PATH_RATE = 0.1
 
@@ -260,12 +271,12 @@ def build_model(spec: dict, img_size: int) -> torch.nn.Module:
     """A backbone from a :data:`MODELS`-style spec, sized for ``img_size``."""
     cfg = dict(spec)
     kind = cfg.pop('type')
-    if kind == 'ViT':
+    if kind == 'VisionTransformer':
         return build_vit_b(img_size)
     cls = {'DinoVim': DinoVim, 'LinearViT': LinearViT}.get(kind)
     if cls is None:
         raise ValueError(f'benchmark: unknown model type {kind!r}; choose one of '
-                         "'DinoVim', 'LinearViT', 'ViT'")
+                         "'DinoVim', 'LinearViT', 'VisionTransformer'")
     runner = cfg.pop('stack_runner', None)
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     model = cls(img_size=img_size, **cfg)
@@ -1100,9 +1111,9 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='write results as JSON here')
     sub = parser.add_subparsers(dest='mode', required=True)
     m = sub.add_parser('models', help='backbone throughput and memory')
-    m.add_argument('--models', nargs='+', choices=sorted(MODELS),
-                   default=['dinovim-t', 'dinovim-s', 'dinovim-b', 'reg-b',
-                            'linearvit-b'])
+    m.add_argument('--models', nargs='+', type=model_name, choices=sorted(MODELS),
+                   default=['dinovim-tiny', 'dinovim-small', 'dinovim-base',
+                            'dinomamba-reg-base', 'linearvit-base'])
     m.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
     m.add_argument('--batch-sizes', nargs='+', type=int, default=[128, 16, 4],
                    help='one per size')
@@ -1123,8 +1134,8 @@ def parse_args(argv=None):
                    help="replay DinoVim's blocks from CUDA graphs in the eager steps "
                    '(what CUDAGraphBlocksHook does)')
     d = sub.add_parser('dino-step', help='the DINO training step of the shipped configs')
-    d.add_argument('--models', nargs='+', choices=sorted(DINO_CONFIGS),
-                   default=['dinovim-t', 'dinovim-s', 'dinovim-b'])
+    d.add_argument('--models', nargs='+', type=model_name, choices=sorted(DINO_CONFIGS),
+                   default=['dinovim-tiny', 'dinovim-small', 'dinovim-base'])
     d.add_argument('--host-batch', type=int, default=2,
                    help='images per view of the host-bound run (0: skip it)')
     d.add_argument('--no-baseline', action='store_true',
@@ -1151,10 +1162,10 @@ def parse_args(argv=None):
                         'the config holds CUDAGraphBlocksHook')
     h = sub.add_parser('host', help="the fused path's host work per eager training step, "
                        'on the CPU with the kernels skipped')
-    h.add_argument('--models', nargs='+',
+    h.add_argument('--models', nargs='+', type=model_name,
                    choices=sorted(n for n, m in MODELS.items() if m['type'] == 'DinoVim'),
-                   default=['dinovim-b', 'dinovim-b-loop'])
-    h.add_argument('--baseline', default='dinovim-b-loop',
+                   default=['dinovim-base', 'dinovim-base-loop'])
+    h.add_argument('--baseline', type=model_name, default='dinovim-base-loop',
                    help="the row the others' ratios refer to (one of --models)")
     h.add_argument('--width', type=int, default=64,
                    help='channels (the depth and layout are the model\'s own)')
@@ -1174,7 +1185,8 @@ def parse_args(argv=None):
     k.add_argument('--dstate', type=int, default=64)
     k.add_argument('--ngroups', type=int, default=1)
     p = sub.add_parser('profile', help='time per kernel of one step of one model')
-    p.add_argument('--model', choices=sorted(MODELS), default='dinovim-b')
+    p.add_argument('--model', type=model_name, choices=sorted(MODELS),
+                   default='dinovim-base')
     p.add_argument('--size', type=int, default=224)
     p.add_argument('--batch', type=int, default=128)
     p.add_argument('--step', choices=['infer', 'train'], default='train')

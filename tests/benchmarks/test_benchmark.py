@@ -328,8 +328,13 @@ def test_host_mode_counts_the_fused_path_on_the_cpu(bench):
     assert bf16['launches'] == stack['launches'] and bf16['ops'] > stack['ops']
     with pytest.raises(ValueError, match='DinoVim'):
         bench.measure_host(dict(type='LinearViT', arch='base'))
-    args = bench.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
-    assert args.models == ['dinovim-t'] and args.baseline == 'dinovim-b-loop'
+    # the short names are aliases of mmdinomamba.zoo's names
+    args = bench.parse_args(['host', '--models', 'dinovim-t', 'dinovim-t-loop',
+                             '--baseline', 'dinovim-b-loop', '--rounds', '1'])
+    assert args.models == ['dinovim-tiny', 'dinovim-tiny-loop']
+    assert args.baseline == 'dinovim-base-loop'
+    with pytest.raises(SystemExit):
+        bench.parse_args(['host', '--models', 'dinovim-huge'])
     assert args.amp is None  # main() reads it as 'none' in host mode, else 'bf16'
     data = bench.main(['--device', 'cpu', '--warmup', '1', '--repeats', '1', '--iters',
                       '1', 'host', '--models', 'dinovim-t', '--rounds', '1',
@@ -380,5 +385,5 @@ def test_dino_configs_come_from_the_checkout_or_the_command_line(bench, tmp_path
                        '--no-baseline', '--host-batch', '0', '--config-dir',
                        str(tmp_path)])
     (row, ) = data['rows']
-    expected = osp.join(str(tmp_path), bench.DINO_CONFIGS['dinovim-t'])
+    expected = osp.join(str(tmp_path), bench.DINO_CONFIGS['dinovim-tiny'])
     assert row['config'] == expected and expected in row['error']
