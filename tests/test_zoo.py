@@ -33,3 +33,9 @@ def test_backbone_config_is_a_copy():
     cfg['arch'] = 'base'
     assert zoo.backbone_config('dinovim-small')['arch'] == 'small'
 
+
+def test_configs_and_index_of_a_checkout_are_the_repository_s():
+    assert osp.samefile(zoo.package_root(), REPO)
+    assert osp.samefile(zoo.config_path('robustness'), osp.join(REPO, 'configs',
+                                                                 'robustness'))
+    assert osp.samefile(zoo.model_index_path(), osp.join(REPO, 'model-index.yml'))
