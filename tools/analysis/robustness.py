@@ -8,8 +8,9 @@ MODEL names the configs ``<config-dir>/<MODEL>_<set>.py``. With the shipped conf
 (no ``--config-dir``; they are found from any folder) MODEL is a backbone name of
 :data:`mmdinomamba.zoo.BACKBONES` or its alias (``dinovim-base``, ``dinovim-b``,
 ``dinovim-base-p16``). Each config is run as ``tools/test.py`` runs it, and the table
-puts the measured row next to the paper's numbers when the paper has the backbone. ``--cfg-options`` applies to
-every set. ``--out`` writes the numbers and all metrics as JSON, atomically.
+puts the measured row next to the paper's numbers when the paper has the backbone.
+``--cfg-options`` applies to every set. ``--out`` writes the numbers and all
+metrics as JSON, atomically.
 """
 import argparse
 import os.path as osp
