@@ -26,6 +26,7 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.models.backbones.DinoVim', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.LinearViT', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.MLLA', 'MODELS', ALL),
+    ('mmdinomamba.models.backbones.PlainMLLA', 'MODELS', ALL),
     ('mmdinomamba.models.mixers.LinearAttentionMixer', 'MODELS', ALL),
     ('mmdinomamba.evaluation.BinaryAUC', 'METRICS', CLS_SEG),
     # Binary-AUC evaluation: activation maps as predictions, ImageNet-S label maps

@@ -12,7 +12,7 @@ PACKAGES = ['mmpretrain', 'mmseg', 'mmdet']
 
 @pytest.mark.parametrize('package', PACKAGES)
 @pytest.mark.parametrize('name', ['SSDMixer', 'DinoVim', 'LinearViT', 'MLLA',
-                                  'LinearAttentionMixer'])
+                                  'PlainMLLA', 'LinearAttentionMixer'])
 def test_models_registered_everywhere(package, name):
     registry = __import__(f'{package}.registry', fromlist=['MODELS']).MODELS
     cls = registry.get(name)

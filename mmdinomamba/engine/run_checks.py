@@ -14,6 +14,7 @@ import difflib
 import logging
 from typing import Iterable, List, Optional
 
+import numpy as np
 from mmengine.config import Config
 from mmengine.logging import print_log
 
@@ -122,6 +123,18 @@ def _describe(cfg: Config, mode: str) -> str:
     return f'{mode}_dataloader.dataset ({", ".join(fields)})'
 
 
+def _labels(dataset) -> set:
+    """The distinct integer labels of a classification dataset's samples (empty
+    where the samples carry none, e.g. segmentation or a wrapped dataset)."""
+    if not hasattr(dataset, 'get_gt_labels'):
+        return set()
+    try:
+        labels = dataset.get_gt_labels()
+    except (KeyError, TypeError, ValueError):
+        return set()
+    return {int(v) for v in np.unique(np.asarray(labels))} if len(labels) else set()
+
+
 def build_checked_loop(runner, mode: str = 'train'):
     """Build ``runner``'s train or test loop, checking that its data fits.
 
@@ -136,7 +149,9 @@ def build_checked_loop(runner, mode: str = 'train'):
     Raises:
         ValueError: the dataset is empty; it holds fewer samples than one batch
             (training with ``drop_last``); the model's ``head.num_classes`` (or
-            ``decode_head.num_classes``) differs from the dataset's class count.
+            ``decode_head.num_classes``) differs from the dataset's class count and
+            from the number of distinct labels its samples carry, or is smaller than
+            a label.
     """
     if mode not in ('train', 'test'):
         raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
@@ -165,13 +180,25 @@ def build_checked_loop(runner, mode: str = 'train'):
     model = unwrap_model(runner.model)
     for head_name in ('head', 'decode_head'):
         num = getattr(getattr(model, head_name, None), 'num_classes', None)
-        if isinstance(num, int) and classes and len(classes) != num:
+        if not (isinstance(num, int) and classes and len(classes) != num):
+            continue
+        # the head may still fit the labels the data really holds: an ImageNet-type
+        # folder of 4 class folders keeps the 1000 ImageNet names
+        labels = _labels(dataset)
+        if labels and max(labels) >= num:
+            raise ValueError(
+                f'model.{head_name}.num_classes is {num}, but {where} has labels up '
+                f'to {max(labels)}: set --cfg-options model.{head_name}.num_classes='
+                f'{max(labels) + 1} (and data_preprocessor.num_classes where the '
+                'config sets it)')
+        if len(labels) != num:
+            found = len(labels) or len(classes)
             raise ValueError(
                 f'model.{head_name}.num_classes is {num}, but {where} has '
                 f'{len(classes)} classes ({", ".join(map(str, classes[:5]))}'
-                f'{", ..." if len(classes) > 5 else ""}): set --cfg-options '
-                f'model.{head_name}.num_classes={len(classes)} (and '
-                f'data_preprocessor.num_classes={len(classes)} where the config '
-                'sets it)')
+                f'{", ..." if len(classes) > 5 else ""})'
+                + (f' and {len(labels)} distinct labels' if labels else '')
+                + f': set --cfg-options model.{head_name}.num_classes={found} (and '
+                f'data_preprocessor.num_classes={found} where the config sets it)')
     name_pipeline_errors(dataset)
     return loop

@@ -104,6 +104,32 @@ def test_a_head_for_another_class_count_is_refused(toy_root, tmp_path, mode):
         build_checked_loop(runner_of(cfg, f'classes-{mode}'), mode)
 
 
+def imagenet_folder_config(data_root, work_dir, num_classes):
+    """The probe on an ImageNet-type folder without a class list: the dataset keeps
+    mmpretrain's 1000 ImageNet names, while its samples carry the folder labels."""
+    cfg = probe_config(data_root, work_dir, num_classes)
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].dataset.pop('classes')
+        cfg[loader].dataset.type = 'ImageNet'
+    return cfg
+
+
+def test_a_head_that_fits_the_labels_of_an_imagenet_folder_trains(toy_root, tmp_path):
+    runner = runner_of(imagenet_folder_config(toy_root, tmp_path, 2), 'folder-labels')
+    loop = build_checked_loop(runner, 'train')
+    assert len(loop.dataloader.dataset.metainfo['classes']) == 1000
+    assert {loop.dataloader.dataset.get_data_info(i)['gt_label']
+            for i in range(len(loop.dataloader.dataset))} == {0, 1}
+
+
+def test_a_head_smaller_than_the_labels_is_refused(toy_root, tmp_path):
+    cfg = imagenet_folder_config(toy_root, tmp_path, 1)
+    with pytest.raises(ValueError, match=r'model\.head\.num_classes is 1, but '
+                       r'train_dataloader\.dataset .* has labels up to 1: set '
+                       r'--cfg-options model\.head\.num_classes=2'):
+        build_checked_loop(runner_of(cfg, 'labels-beyond-head'), 'train')
+
+
 @pytest.mark.parametrize('workers', [0, 1])
 def test_an_empty_image_file_is_named(toy_root, tmp_path, workers):
     root = tmp_path / 'toy'

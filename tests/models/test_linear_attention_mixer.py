@@ -66,10 +66,10 @@ def naive_depthwise(x, weight, bias, hw):
 
 def naive_mixer(mixer, u, hw):
     """The module docstring's equations, token by token, head by head."""
-    dim, heads = mixer.dim, mixer.num_heads
-    d, n = dim // heads, u.shape[1]
+    dim, qk_dim, heads = mixer.dim, mixer.qk_dim, mixer.num_heads
+    d, e, n = qk_dim // heads, dim // heads, u.shape[1]
     qk = u @ mixer.qk.weight.T + mixer.qk.bias
-    q, k = F.elu(qk[..., :dim]) + 1, F.elu(qk[..., dim:]) + 1
+    q, k = F.elu(qk[..., :qk_dim]) + 1, F.elu(qk[..., qk_dim:]) + 1
     v = u @ mixer.v.weight.T + mixer.v.bias if mixer.v is not None else u
     q_r, k_r = (naive_rope(q, hw), naive_rope(k, hw)) if mixer.rope else (q, k)
     g = v
@@ -79,13 +79,13 @@ def naive_mixer(mixer, u, hw):
     y = torch.zeros_like(v)
     for b in range(u.shape[0]):
         for h in range(heads):
-            sl = slice(h * d, (h + 1) * d)
+            sl, sv = slice(h * d, (h + 1) * d), slice(h * e, (h + 1) * e)
             for i in range(n):
-                num, den = torch.zeros(d, dtype=u.dtype), 0.0
+                num, den = torch.zeros(e, dtype=u.dtype), 0.0
                 for j in range(n):
-                    num = num + (q_r[b, i, sl] @ k_r[b, j, sl]) * g[b, j, sl]
+                    num = num + (q_r[b, i, sl] @ k_r[b, j, sl]) * g[b, j, sv]
                     den = den + q[b, i, sl] @ k[b, j, sl]
-                y[b, i, sl] = num / (den + n * mixer.eps) if mixer.normalize else num / n
+                y[b, i, sv] = num / (den + n * mixer.eps) if mixer.normalize else num / n
     if mixer.D is not None:
         y = y + mixer.D * v
     if mixer.lepe is not None:
@@ -97,10 +97,10 @@ def naive_forget_gate(mixer, u, hw):
     """The recurrence: per head, S_t = a_t S_(t-1) + K_r,t^T G_t and
     Z_t = a_t Z_(t-1) + K_t, y_t = Q_r,t S_t / (Q_t . Z_t + N eps), with
     a_t = exp(-exp(A_log) max(softplus(u_t W_dt + dt_bias), 1e-4))."""
-    dim, heads = mixer.dim, mixer.num_heads
-    d, n = dim // heads, u.shape[1]
+    dim, qk_dim, heads = mixer.dim, mixer.qk_dim, mixer.num_heads
+    d, e, n = qk_dim // heads, dim // heads, u.shape[1]
     qk = u @ mixer.qk.weight.T + mixer.qk.bias
-    q, k = F.elu(qk[..., :dim]) + 1, F.elu(qk[..., dim:]) + 1
+    q, k = F.elu(qk[..., :qk_dim]) + 1, F.elu(qk[..., qk_dim:]) + 1
     v = u @ mixer.v.weight.T + mixer.v.bias if mixer.v is not None else u
     q_r, k_r = (naive_rope(q, hw), naive_rope(k, hw)) if mixer.rope else (q, k)
     g = v
@@ -112,14 +112,14 @@ def naive_forget_gate(mixer, u, hw):
     y = torch.zeros_like(v)
     for b in range(u.shape[0]):
         for h in range(heads):
-            sl = slice(h * d, (h + 1) * d)
-            S = torch.zeros(d, d, dtype=u.dtype)
+            sl, sv = slice(h * d, (h + 1) * d), slice(h * e, (h + 1) * e)
+            S = torch.zeros(d, e, dtype=u.dtype)
             Z = torch.zeros(d, dtype=u.dtype)
             for t in range(n):
-                S = decay[b, t, h] * S + torch.outer(k_r[b, t, sl], g[b, t, sl])
+                S = decay[b, t, h] * S + torch.outer(k_r[b, t, sl], g[b, t, sv])
                 Z = decay[b, t, h] * Z + k[b, t, sl]
                 num = q_r[b, t, sl] @ S
-                y[b, t, sl] = num / (q[b, t, sl] @ Z + n * mixer.eps) \
+                y[b, t, sv] = num / (q[b, t, sl] @ Z + n * mixer.eps) \
                     if mixer.normalize else num / n
     if mixer.D is not None:
         y = y + mixer.D * v
@@ -132,6 +132,8 @@ def naive_forget_gate(mixer, u, hw):
 CONFIGS = [dict(), dict(value_proj=True), dict(rope=True), dict(lepe=True),
            dict(normalize=False), dict(input_gate=True), dict(shortcut=True),
            dict(rope=True, lepe=True), dict(num_heads=1, rope=True, lepe=True),
+           dict(num_heads=1, qk_dim=4, value_proj=True, rope=True),
+           dict(qk_dim=12, lepe=True),
            dict(value_proj=True, rope=True, lepe=True, input_gate=True,
                 shortcut=True, normalize=False)]
 
@@ -151,7 +153,8 @@ def test_each_switch_matches_the_naive_definition(cfg):
 
 FORGET = [dict(forget_gate=True), dict(forget_gate=True, rope=True, lepe=True),
           dict(forget_gate=True, normalize=False, input_gate=True, shortcut=True),
-          dict(forget_gate=True, num_heads=1, value_proj=True)]
+          dict(forget_gate=True, num_heads=1, value_proj=True),
+          dict(forget_gate=True, num_heads=1, qk_dim=4, rope=True)]
 
 
 @pytest.mark.parametrize('cfg', FORGET, ids=config_id)
@@ -214,7 +217,7 @@ def test_mixing_matrices_reproduce_the_output(cfg):
     assert tuple(mats) == info.keys == tuple(vals)
     out = mixer(u, HW)
     heads = mixer.num_heads
-    d = DIM // heads
+    d = mixer.qk_dim // heads
     attn = torch.einsum('bhij,bhjd->bhid', mats['attention'], vals['attention'])
     assert mats['attention'].shape == (2, heads, 12, 12)
     local = torch.zeros_like(out)
@@ -280,8 +283,12 @@ def test_depthwise_conv_matrix_is_the_convolution():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match='must divide dim'):
         LinearAttentionMixer(10, 3)
+    with pytest.raises(ValueError, match=r'divide dim \(8\) and qk_dim \(6\)'):
+        LinearAttentionMixer(8, 4, qk_dim=6)
     with pytest.raises(ValueError, match='multiple of 4'):
         LinearAttentionMixer(6, 1, rope=True)
+    with pytest.raises(ValueError, match=r'qk_dim \(6\) to be a multiple of 4'):
+        LinearAttentionMixer(8, 1, qk_dim=6, rope=True)
     with pytest.raises(ValueError, match='unknown ssd_backend'):
         LinearAttentionMixer(DIM, HEADS, forget_gate=True, ssd_backend='cuda')
     mixer = LinearAttentionMixer(DIM, HEADS)
@@ -296,3 +303,14 @@ def test_mixing_info_is_one_contract():
         'mlla', HEADS, 4, ('attention', ), grid=True)
     assert LinearAttentionMixer(DIM, HEADS, lepe=True).mixing_info().keys == (
         'attention', 'whole')
+
+
+def test_single_head_of_a_narrow_width():
+    """Mamba's single head: one Q and one K of qk_dim channels for every value
+    channel; the projection shrinks to 2 qk_dim outputs and the rank bound is
+    qk_dim."""
+    mixer = perturbed(num_heads=1, qk_dim=4, value_proj=True)
+    assert mixer.qk.weight.shape == (8, DIM)
+    assert mixer.mixing_info().d_qk == 4 and mixer.mixing_info().nheads == 1
+    A = mixer.mixing_matrices(inputs(), HW)['attention']
+    assert torch.linalg.matrix_rank(A[0, 0]) == 4

@@ -30,6 +30,26 @@ The block (:class:`MLLABlock`), one line each (``DW3`` = depthwise 3x3 conv)::
 with MLLA's attention ``LinearAttentionMixer(rope=True, lepe=True)``
 (:mod:`mmdinomamba.models.mixers.linear_attention_mixer`). RoPE is computed for
 the grid of each input, so any size, rectangular included, runs.
+
+The paper's designs that live outside the mixer are switches of the same backbone
+(its ablations start from a linear-attention Swin-T; ``configs/mlla/ablation/``):
+
+- ``block_design``: 'sub' (above: a Mamba-style block in place of the attention
+  sub-block, MLP kept), 'all' (the Mamba-style sub-block alone, no MLP, at
+  ``expand`` times the width inside) or 'transformer' (pre-norm, the mixer then an
+  output projection, then the MLP)::
+
+      transformer:  x <- x + DropPath(LinearAttentionMixer(LN1(x)) W_out)
+      sub, all:     x <- x + DropPath((LinearAttentionMixer(a) * g) W_out),
+                    g = SiLU(LN1(x) W_act), a = SiLU(DW3_dwc(LN1(x) W_in))   (E C wide)
+      sub, trans.:  x <- x + DropPath(MLP(LN2(x)))
+
+- ``cpe``: the two ``x <- x + DW3_cpe(x)`` lines (one before each sub-block);
+- ``ape``: a learnable absolute position embedding per block, added to its input
+  (a table for the grid of ``img_size``, resized bicubically for other grids);
+- ``stem``: 'conv' (above) or 'patch' (Swin's: 4x4 patches, linear, LayerNorm);
+- ``downsample``: 'mbconv' (above) or 'merging' (Swin's: each 2x2 neighbourhood
+  concatenated, LayerNorm, linear 4C -> 2C without bias).
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -46,7 +66,7 @@ from mmdinomamba.models.mixers import LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import grid_conv
 from mmdinomamba.models.utils import drop_path_or_identity
 from mmdinomamba.ops import check_finite
-from .base import Intermediates, TokenLayout, _normalise_indices
+from .base import Intermediates, TokenLayout, _normalise_indices, resize_pos_embed
 from .linear_vit import Mlp
 from .mlla_official import (convert, is_official, load_checkpoint_file,
                             official_weights)
@@ -55,6 +75,14 @@ Tensor = torch.Tensor
 Grid = Tuple[int, int]
 
 MLLA_MIXER = dict(rope=True, lepe=True)  # MLLA's configuration of the mixer
+BLOCK_DESIGNS = ('sub', 'all', 'transformer')
+STEMS = ('conv', 'patch')
+DOWNSAMPLES = ('mbconv', 'merging')
+
+
+def _check_choice(name: str, value: str, choices: Tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f'MLLA: unknown {name} {value!r}; choose one of {choices}')
 
 
 def _depthwise(dim: int) -> nn.Conv2d:
@@ -97,6 +125,45 @@ class Stem(nn.Module):
         return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])
 
 
+class PatchStem(nn.Module):
+    """Swin's patch embedding: (batch, 3, H, W) -> tokens (batch, ceil(H/4) *
+    ceil(W/4), C) and their grid; 4x4 patches (zero-padded at the bottom and right
+    to a multiple of 4) through a linear map (a stride-4 convolution), then a
+    LayerNorm."""
+
+    def __init__(self, in_channels: int, dim: int, patch_size: int = 4):
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, dim, patch_size, stride=patch_size)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Grid]:
+        p = self.patch_size
+        x = self.proj(F.pad(x, (0, -x.shape[-1] % p, 0, -x.shape[-2] % p)))
+        return self.norm(x.flatten(2).transpose(1, 2)), tuple(x.shape[-2:])
+
+
+class SwinPatchMerging(nn.Module):
+    """Swin's downsampling: tokens (batch, H * W, C) -> (batch, ceil(H/2) *
+    ceil(W/2), 2C) and the new grid. Each 2x2 neighbourhood (rows r, r + 1,
+    columns s, s + 1) is concatenated in Swin's order [(r, s), (r + 1, s),
+    (r, s + 1), (r + 1, s + 1)], normalised and mapped 4C -> 2C without bias; an
+    odd grid is zero-padded to even first."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(4 * dim)
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x: Tensor, hw: Grid) -> Tuple[Tensor, Grid]:
+        h, w = hw
+        grid = F.pad(x.unflatten(1, (h, w)), (0, 0, 0, w % 2, 0, h % 2))
+        merged = torch.cat([grid[:, 0::2, 0::2], grid[:, 1::2, 0::2],
+                            grid[:, 0::2, 1::2], grid[:, 1::2, 1::2]], dim=-1)
+        out_hw = tuple(merged.shape[1:3])
+        return self.reduction(self.norm(merged.flatten(1, 2))), out_hw
+
+
 class PatchMerging(nn.Module):
     """Tokens (batch, H * W, C) -> (batch, ceil(H/2) * ceil(W/2), 2C) and the new grid:
     an MBConv without skip (expansion 4 x 2C)."""
@@ -117,56 +184,95 @@ class PatchMerging(nn.Module):
 
 
 class MLLABlock(nn.Module):
-    """MLLA's block (see the module docstring): (batch, H * W, C) -> same.
+    """MLLA's block and the paper's other block designs (see the module
+    docstring): (batch, H * W, C) -> same.
 
     Args:
         dim (int): width C.
-        num_heads (int): attention heads.
+        num_heads (int): attention heads (``expand * num_heads`` inside a
+            Mamba-style design, so the head width stays ``dim / num_heads``).
         mlp_ratio (float): MLP hidden width / C. Defaults to 4.
         drop_path (float): stochastic depth of both residual branches. Defaults to 0.
         qkv_bias (bool): bias of the q/k projection. Defaults to True.
         mixer_cfg (dict, optional): switches of :class:`LinearAttentionMixer`
             over MLLA's own (``rope=True, lepe=True``).
+        design (str): 'sub' (MLLA's), 'all' or 'transformer'. Defaults to 'sub'.
+        expand (int): width of a Mamba-style design's inside, in units of C
+            (the paper's E). Defaults to 1.
+        cpe (bool): a depthwise 3x3 conv added before each sub-block. Defaults
+            to True.
+        ape_grid (tuple, optional): (h, w): add a learnable absolute position
+            embedding made for this grid (resized for others). Defaults to None.
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
                  drop_path: float = 0.0, qkv_bias: bool = True,
-                 mixer_cfg: Optional[dict] = None):
+                 mixer_cfg: Optional[dict] = None, design: str = 'sub',
+                 expand: int = 1, cpe: bool = True, ape_grid: Optional[Grid] = None):
         super().__init__()
-        self.cpe1 = _depthwise(dim)
+        _check_choice('block design', design, BLOCK_DESIGNS)
+        if not isinstance(expand, int) or expand < 1 or (
+                design == 'transformer' and expand != 1):
+            raise ValueError(f'MLLA: expand must be a positive int, and 1 for the '
+                             f"'transformer' design, got {expand!r} with {design!r}")
+        inner = expand * dim
+        self.design = design
+        self.ape_grid = None if ape_grid is None else tuple(ape_grid)
+        self.absolute_pos_embed = None
+        if ape_grid is not None:
+            self.absolute_pos_embed = nn.Parameter(
+                torch.zeros(1, self.ape_grid[0] * self.ape_grid[1], dim))
+            trunc_normal_(self.absolute_pos_embed, std=.02)
+        self.cpe1 = _depthwise(dim) if cpe else None
         self.norm1 = nn.LayerNorm(dim)
-        self.in_proj = nn.Linear(dim, dim)
-        self.act_proj = nn.Linear(dim, dim)
-        self.dwc = _depthwise(dim)
-        self.attn = LinearAttentionMixer(dim, num_heads, qkv_bias=qkv_bias,
+        if design != 'transformer':
+            self.in_proj = nn.Linear(dim, inner)
+            self.act_proj = nn.Linear(dim, inner)
+            self.dwc = _depthwise(inner)
+        self.attn = LinearAttentionMixer(inner, expand * num_heads, qkv_bias=qkv_bias,
                                          **dict(MLLA_MIXER, **(mixer_cfg or {})))
-        self.out_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(inner, dim)
         self.drop_path = drop_path_or_identity(drop_path)
-        self.cpe2 = _depthwise(dim)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.cpe2 = self.norm2 = self.mlp = None
+        if design != 'all':
+            self.cpe2 = _depthwise(dim) if cpe else None
+            self.norm2 = nn.LayerNorm(dim)
+            self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
-    def forward(self, x: Tensor, hw: Grid) -> Tensor:
-        x = x + grid_conv(self.cpe1, x, hw)
-        u = self.norm1(x)
+    def _mix(self, u: Tensor, hw: Grid) -> Tensor:
+        """The token-mixing sub-block after LN1, before its residual."""
+        if self.design == 'transformer':
+            return self.out_proj(self.attn(u, hw))
         gate = F.silu(self.act_proj(u))
         a = F.silu(grid_conv(self.dwc, self.in_proj(u), hw))
-        x = x + self.drop_path(self.out_proj(self.attn(a, hw) * gate))
-        x = x + grid_conv(self.cpe2, x, hw)
+        return self.out_proj(self.attn(a, hw) * gate)
+
+    def forward(self, x: Tensor, hw: Grid) -> Tensor:
+        if self.absolute_pos_embed is not None:
+            x = x + resize_pos_embed(self.absolute_pos_embed, self.ape_grid,
+                                     tuple(hw)).to(x.dtype)
+        if self.cpe1 is not None:
+            x = x + grid_conv(self.cpe1, x, hw)
+        x = x + self.drop_path(self._mix(self.norm1(x), hw))
+        if self.mlp is None:
+            return x
+        if self.cpe2 is not None:
+            x = x + grid_conv(self.cpe2, x, hw)
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
 class MLLAStage(nn.Module):
-    """``depth`` blocks at one width, then (except in the last stage) PatchMerging."""
+    """``depth`` blocks at one width, then (except in the last stage) a downsampling."""
 
-    def __init__(self, dim: int, depth: int, num_heads: int, mlp_ratio: float,
-                 drop_paths: Sequence[float], qkv_bias: bool, downsample: bool,
-                 mixer_cfg: Optional[dict]):
+    def __init__(self, dim: int, depth: int, drop_paths: Sequence[float],
+                 downsample: Optional[str], block_cfg: dict):
         super().__init__()
         self.blocks = nn.ModuleList(
-            MLLABlock(dim, num_heads, mlp_ratio, drop_paths[j], qkv_bias, mixer_cfg)
-            for j in range(depth))
-        self.downsample = PatchMerging(dim) if downsample else None
+            MLLABlock(dim, drop_path=drop_paths[j], **block_cfg) for j in range(depth))
+        self.downsample = None
+        if downsample is not None:
+            self.downsample = PatchMerging(dim) if downsample == 'mbconv' \
+                else SwinPatchMerging(dim)
 
 
 class MLLA(BaseModule):
@@ -193,6 +299,16 @@ class MLLA(BaseModule):
             ``0 .. k - 1`` (with their downsampling and output norms). Defaults to -1.
         mixer_cfg (dict, optional): switches of every block's
             :class:`LinearAttentionMixer` over MLLA's own.
+        block_design (str): 'sub' (MLLA's), 'all' or 'transformer' (see the
+            module docstring). Defaults to 'sub'.
+        expand (int): a Mamba-style block's inner width / C (the paper's E).
+            Defaults to 1.
+        cpe (bool): the blocks' conditional position encodings. Defaults to True.
+        ape (bool): a learnable absolute position embedding in every block, made
+            for the grids of ``img_size``. Defaults to False.
+        stem (str): 'conv' (MLLA's) or 'patch' (Swin's). Defaults to 'conv'.
+        downsample (str): 'mbconv' (MLLA's) or 'merging' (Swin's). Defaults to
+            'mbconv'.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
             prefix=None, strict=True)`` loads an official MLLA file (converted on
             the fly) or one of ours; see :meth:`init_weights`.
@@ -218,8 +334,16 @@ class MLLA(BaseModule):
                  qkv_bias: bool = True,
                  frozen_stages: int = -1,
                  mixer_cfg: Optional[dict] = None,
+                 block_design: str = 'sub',
+                 expand: int = 1,
+                 cpe: bool = True,
+                 ape: bool = False,
+                 stem: str = 'conv',
+                 downsample: str = 'mbconv',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        _check_choice('stem', stem, STEMS)
+        _check_choice('downsample', downsample, DOWNSAMPLES)
         self.arch_settings = self._parse_arch(arch)
         dims = self.arch_settings['embed_dims']
         depths = self.depths = list(self.arch_settings['depths'])
@@ -229,15 +353,23 @@ class MLLA(BaseModule):
         self.out_indices = sorted(set(_normalise_indices(out_indices, self.num_stages)))
         self.frozen_stages = frozen_stages
         self.num_layers = sum(depths)
-        self.patch_embed = Stem(in_channels, dims)
+        self.in_channels = in_channels
+        self.patch_embed = Stem(in_channels, dims) if stem == 'conv' \
+            else PatchStem(in_channels, dims)
         rates = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         starts = [sum(depths[:i]) for i in range(self.num_stages)]
-        self.layers = nn.ModuleList(
-            MLLAStage(self.dims[i], depths[i], self.arch_settings['num_heads'][i],
-                      self.arch_settings['mlp_ratio'],
-                      rates[starts[i]:starts[i] + depths[i]], qkv_bias,
-                      i < self.num_stages - 1, mixer_cfg)
-            for i in range(self.num_stages))
+        grid = (-(-self.img_size[0] // 4), -(-self.img_size[1] // 4))
+        self.layers = nn.ModuleList()
+        for i in range(self.num_stages):
+            block_cfg = dict(num_heads=self.arch_settings['num_heads'][i],
+                             mlp_ratio=self.arch_settings['mlp_ratio'],
+                             qkv_bias=qkv_bias, mixer_cfg=mixer_cfg,
+                             design=block_design, expand=expand, cpe=cpe,
+                             ape_grid=grid if ape else None)
+            self.layers.append(MLLAStage(
+                self.dims[i], depths[i], rates[starts[i]:starts[i] + depths[i]],
+                downsample if i < self.num_stages - 1 else None, block_cfg))
+            grid = (-(-grid[0] // 2), -(-grid[1] // 2))
         for i in self.out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(self.dims[i]))
         # block k in forward order -> (stage, block in stage)
@@ -340,10 +472,9 @@ class MLLA(BaseModule):
         after each stage's blocks (before its downsampling). ``block_hook(k, tokens,
         grid)`` sees every block's output (``k`` in forward order) and returns
         False to stop."""
-        if x.dim() != 4 or x.shape[1] != self.patch_embed.conv1.conv.in_channels:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f'MLLA: input must have shape (batch, '
-                             f'{self.patch_embed.conv1.conv.in_channels}, H, W), got '
-                             f'{tuple(x.shape)}')
+                             f'{self.in_channels}, H, W), got {tuple(x.shape)}')
         check_finite(x, 'MLLA: the batch of input images')
         tokens, hw = self.patch_embed(x)
         k = 0

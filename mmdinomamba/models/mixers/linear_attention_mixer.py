@@ -8,14 +8,16 @@ that live inside the token mixer as switches; MLLA's attention is
 and the conditional position encoding (CPE) belong to the block, the absolute
 position embedding (APE) to the backbone.
 
-Notation, per head ``h`` of ``d = dim / num_heads`` channels (contiguous slices),
-``N`` tokens on an ``(H, W)`` grid in raster order, input ``u`` (N, dim)::
+Notation, per head ``h``: ``d = qk_dim / num_heads`` query/key channels and
+``e = dim / num_heads`` value channels (contiguous slices; ``qk_dim = dim`` unless
+set, so ``d = e``), ``N`` tokens on an ``(H, W)`` grid in raster order, input ``u``
+(N, dim)::
 
-    [q | k] = u W_qk + b_qk                           first dim = q, last dim = k
+    [q | k] = u W_qk + b_qk                           first qk_dim = q, last = k
     Q = ELU(q) + 1 ,  K = ELU(k) + 1                  every entry > 0
     V = u W_v + b_v  (value_proj)  or  V = u          MLLA: no value projection
-    Q_r, K_r = RoPE2D(Q), RoPE2D(K)  (rope)           over all dim channels, before the
-                                                      head split (positional.rope_2d)
+    Q_r, K_r = RoPE2D(Q), RoPE2D(K)  (rope)           over all qk_dim channels, before
+                                                      the head split (positional.rope_2d)
     G = Delta (.) V ,  Delta = softplus(u W_1 W_2 + b)   (input_gate), else G = V
     w_ij = Q_r,i . K_r,j                              per head
     n_ij = Q_i . K_j                                  per head, un-rotated
@@ -28,7 +30,7 @@ Notation, per head ``h`` of ``d = dim / num_heads`` channels (contiguous slices)
     y  <- y + DW3_lepe(V)                             (lepe: depthwise 3x3 conv on V)
 
 Without the forget gate the sums run over all tokens and are computed in
-O(N d^2) by associativity; the normaliser then is MLLA's
+O(N d e) by associativity; the normaliser then is MLLA's
 ``1 / (Q_i . mean_j K_j + eps)``. With the forget gate the attention is causal in
 raster order and recurrent (``S_i = a_i S_(i-1) + K_r,i^T G_i``): linear attention
 with a scalar forget gate is SSD with ``C = Q``, ``B = K``, computed by
@@ -52,7 +54,7 @@ Mixing matrices (the protocol of :mod:`.protocol`, kind ``'mlla'``):
   a block farther away rank <= d.
 """
 import math
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -83,9 +85,13 @@ class LinearAttentionMixer(nn.Module):
     ``dt_bias``, ``A_log`` (forget gate); ``D`` (shortcut).
 
     Args:
-        dim (int): width.
-        num_heads (int): heads; must divide ``dim``. 1 = the single-head design.
+        dim (int): width (of the input, the values and the output).
+        num_heads (int): heads; must divide ``dim`` and ``qk_dim``.
         qkv_bias (bool): bias of the q/k (and v) projections. Defaults to True.
+        qk_dim (int, optional): width of Q and K, split over the heads; None =
+            ``dim``. Mamba's single head is ``num_heads=1`` with a narrow
+            ``qk_dim`` (its state size): one Q and one K shared by every value
+            channel. Defaults to None.
         value_proj (bool): project the values (``V = u W_v``); MLLA reads ``V = u``.
             Defaults to False.
         rope (bool): 2-D RoPE on Q and K over the full width (``dim`` a multiple
@@ -109,6 +115,7 @@ class LinearAttentionMixer(nn.Module):
                  dim: int,
                  num_heads: int,
                  qkv_bias: bool = True,
+                 qk_dim: Optional[int] = None,
                  value_proj: bool = False,
                  rope: bool = False,
                  lepe: bool = False,
@@ -119,23 +126,26 @@ class LinearAttentionMixer(nn.Module):
                  eps: float = 1e-6,
                  ssd_backend: str = 'auto'):
         super().__init__()
-        if num_heads < 1 or dim % num_heads:
+        qk_dim = dim if qk_dim is None else qk_dim
+        if num_heads < 1 or dim % num_heads or qk_dim % num_heads:
             raise ValueError(f'LinearAttentionMixer: num_heads ({num_heads}) must '
-                             f'divide dim ({dim})')
-        if rope and dim % 4:
-            raise ValueError(f'LinearAttentionMixer: rope needs dim ({dim}) to be a '
-                             'multiple of 4 (channel pairs for rows and columns)')
+                             f'divide dim ({dim}) and qk_dim ({qk_dim})')
+        if rope and qk_dim % 4:
+            raise ValueError(f'LinearAttentionMixer: rope needs qk_dim ({qk_dim}) to '
+                             'be a multiple of 4 (channel pairs for rows and columns)')
         if ssd_backend not in BACKENDS:
             raise ValueError(f'LinearAttentionMixer: unknown ssd_backend '
                              f'{ssd_backend!r}; choose one of {BACKENDS}')
         self.dim = dim
+        self.qk_dim = qk_dim
         self.num_heads = num_heads
-        self.head_dim = dim // num_heads
+        self.head_dim = dim // num_heads  # value channels per head
+        self.qk_head_dim = qk_dim // num_heads
         self.rope = rope
         self.normalize = normalize
         self.eps = eps
         self.ssd_backend = ssd_backend
-        self.qk = nn.Linear(dim, 2 * dim, bias=qkv_bias)
+        self.qk = nn.Linear(dim, 2 * qk_dim, bias=qkv_bias)
         self.v = nn.Linear(dim, dim, bias=qkv_bias) if value_proj else None
         self.lepe = nn.Conv2d(dim, dim, LEPE_KERNEL, padding=LEPE_KERNEL // 2,
                               groups=dim) if lepe else None
@@ -175,9 +185,10 @@ class LinearAttentionMixer(nn.Module):
         return rearrange(t.to(dtype), 'b n (h d) -> b h n d', h=self.num_heads)
 
     def _parts(self, u: Tensor, hw) -> Dict[str, Tensor]:
-        """Q, K, Q_r, K_r, G per head (batch, num_heads, N, d), in float32 (float64
-        for float64 input); V (batch, N, dim) and Delta in the input's dtype; the
-        forget gate's step ``dt`` (batch, N, num_heads)."""
+        """Q, K, Q_r, K_r (batch, num_heads, N, d) and G (batch, num_heads, N, e)
+        per head, in float32 (float64 for float64 input); V (batch, N, dim) and
+        Delta in the input's dtype; the forget gate's step ``dt`` (batch, N,
+        num_heads)."""
         self._check(u, hw)
         dtype = _compute_dtype(u)
         q, k = (F.elu(self.qk(u)) + 1.0).chunk(2, dim=-1)
@@ -245,10 +256,10 @@ class LinearAttentionMixer(nn.Module):
     # ------------------------------------------ mixing-matrix protocol (analysis)
     def mixing_info(self) -> MixerInfo:
         """Kind 'mlla': key 'attention' (per head; causal with the forget gate) and,
-        with a per-channel term, 'whole' (per channel); ``d_qk`` = head dim; the
-        local stencil is LePE's 3x3 kernel (0 without LePE)."""
+        with a per-channel term, 'whole' (per channel); ``d_qk`` = Q/K channels per
+        head; the local stencil is LePE's 3x3 kernel (0 without LePE)."""
         per_channel = any(m is not None for m in (self.lepe, self.D, self.delta_proj))
-        return MixerInfo('mlla', self.num_heads, self.head_dim,
+        return MixerInfo('mlla', self.num_heads, self.qk_head_dim,
                          ('attention', 'whole') if per_channel else ('attention', ),
                          grid=True, causal=self.dt_proj is not None,
                          local_kernel=LEPE_KERNEL if self.lepe is not None else 0)
@@ -286,7 +297,7 @@ class LinearAttentionMixer(nn.Module):
 
     @torch.no_grad()
     def mixing_values(self, u: Tensor, hw: Tuple[int, int]) -> Dict[str, Tensor]:
-        """``'attention'``: G per head (batch, num_heads, N, d); ``'whole'``: V per
+        """``'attention'``: G per head (batch, num_heads, N, e); ``'whole'``: V per
         channel (batch, dim, N, 1). Plus the LePE bias per channel, ``M X`` is the
         mixer's output (see the module docstring)."""
         p = self._parts(u, hw)
@@ -301,5 +312,6 @@ class LinearAttentionMixer(nn.Module):
             ('lepe', self.lepe is not None), ('input_gate', self.delta_proj is not None),
             ('forget_gate', self.dt_proj is not None), ('shortcut', self.D is not None))
             if flag]
-        return (f'dim={self.dim}, num_heads={self.num_heads}, normalize='
+        qk = f', qk_dim={self.qk_dim}' if self.qk_dim != self.dim else ''
+        return (f'dim={self.dim}, num_heads={self.num_heads}{qk}, normalize='
                 f'{self.normalize}, designs={on}')
