@@ -104,6 +104,26 @@ def test_every_model_builds_through_mmpretrain_with_its_parameter_count(name):
         MODELS[name].metadata.data['Parameters']
 
 
+TOY = sorted(name for name, model in MODELS.items()
+             if 'toy' in name and 'FLOPs' in model.metadata.data)
+
+
+@pytest.mark.parametrize('name', TOY)
+def test_recorded_macs_are_the_counter_s(name):
+    """The FLOPs of a record are the multiply-accumulates that
+    ``tools/analysis/get_flops.py`` counts for one backbone at the config's input
+    size (checked on the toy-sized models; the full-size ones were counted the same
+    way)."""
+    from mmengine.config import Config
+
+    from mmdinomamba.analysis.flops import build_model_from_config, model_complexity
+    cfg = Config.fromfile(osp.join(REPO, MODELS[name].config))
+    model = build_model_from_config(cfg)
+    size = cfg.model.backbone.get('img_size', 224)
+    macs = model_complexity(model.backbone, (size, size)).macs
+    assert macs == MODELS[name].metadata.data['FLOPs']
+
+
 def test_fresh_process_lists_and_builds_ours(tmp_path):
     """``import mmdinomamba, mmpretrain`` in a fresh process, from another folder:
     ``list_models('*dinovim*')`` lists our DinoVim models, ``get_model`` builds one
