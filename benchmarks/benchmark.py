@@ -58,12 +58,12 @@ from mmdinomamba.engine.hooks.compile_hook import compile_submodules
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
                              triton_available)
-from mmdinomamba.zoo import BACKBONES, canonical_name
+from mmdinomamba.zoo import backbone_config, canonical_name
 
 # Backbones by their names in mmdinomamba.zoo (the short aliases, dinovim-t, reg-b,
 # ..., are accepted too: model_name); 'vit-base' is the baseline every ratio refers
 # to: mmpretrain's VisionTransformer, or timm's (build_vit_b).
-MODELS = {name: dict(BACKBONES[name][0])
+MODELS = {name: backbone_config(name)
           for name in ('dinovim-tiny', 'dinovim-small', 'dinovim-base',
                        'dinomamba-reg-base', 'linearvit-base', 'vit-base')}
 MODELS.update({

@@ -82,7 +82,8 @@ def package_root() -> str:
     """
     package = osp.dirname(osp.abspath(__file__))
     for root in (osp.dirname(package), osp.join(package, '.mim')):
-        if osp.isfile(osp.join(root, MODEL_INDEX)) and osp.isdir(osp.join(root, CONFIGS)):
+        if osp.isfile(osp.join(root, MODEL_INDEX)) and \
+                osp.isdir(osp.join(root, CONFIGS)):
             return root
     raise FileNotFoundError(
         f'mmdinomamba: no {MODEL_INDEX} and {CONFIGS}/ beside the package '

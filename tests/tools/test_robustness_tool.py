@@ -66,5 +66,6 @@ def test_backbone_names_and_aliases_reach_the_shipped_configs(load_tool, tmp_pat
     ckpt.write_bytes(b'')
     # the configs are found (from another folder); their data is not: the set's
     # dataset fails, after the config was read
-    with pytest.raises(FileNotFoundError, match="image folder not found: 'data/imagenet-a"):
+    with pytest.raises(FileNotFoundError,
+                       match="image folder not found: 'data/imagenet-a"):
         tool.main(['vit-b', str(ckpt), '--sets', 'IN-A'])

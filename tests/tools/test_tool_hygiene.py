@@ -12,12 +12,17 @@ import sys
 import pytest
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-PY_TOOLS = sorted(osp.relpath(p, REPO) for pattern in ('tools/**/*.py', 'benchmarks/*.py')
+
+
+def scripts(*patterns: str):
+    return sorted(osp.relpath(p, REPO) for pattern in patterns
                   for p in glob.glob(osp.join(REPO, pattern), recursive=True))
+
+
+PY_TOOLS = scripts('tools/**/*.py', 'benchmarks/*.py')
 # tools/setup/gxx_cpp20 is left out: a compiler wrapper that hands every argument
 # to g++ (mmcv's build calls it), not a command for users
-SH_TOOLS = sorted(osp.relpath(p, REPO) for pattern in ('tools/**/*.sh', 'benchmarks/*.sh')
-                  for p in glob.glob(osp.join(REPO, pattern), recursive=True))
+SH_TOOLS = scripts('tools/**/*.sh', 'benchmarks/*.sh')
 # the shell scripts with required arguments
 NEEDS_ARGUMENTS = ('tools/dist_train.sh', 'tools/dist_test.sh', 'tools/slurm_train.sh',
                    'tools/slurm_test.sh')
@@ -91,17 +96,19 @@ def test_slurm_train_hands_the_job_to_srun(tmp_path):
     extra arguments (an ``srun`` stand-in records it)."""
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
-    (bin_dir / 'srun').write_text(f'#!/usr/bin/env bash\necho "$@" > {tmp_path}/srun.txt\n')
+    (bin_dir / 'srun').write_text(
+        f'#!/usr/bin/env bash\necho "$@" > {tmp_path}/srun.txt\n')
     (bin_dir / 'srun').chmod(0o755)
     env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
-               GPUS='16', GPUS_PER_NODE='8', CPUS_PER_TASK='4', SRUN_ARGS='--quotatype=auto',
-               PYTHON='python3')
+               GPUS='16', GPUS_PER_NODE='8', CPUS_PER_TASK='4',
+               SRUN_ARGS='--quotatype=auto', PYTHON='python3')
     subprocess.run(['bash', osp.join(REPO, 'tools', 'slurm_train.sh'), 'part', 'job',
                     'configs/x.py', 'work', '--amp'], cwd=str(tmp_path), env=env,
                    check=True, timeout=60)
     args = (tmp_path / 'srun.txt').read_text().split()
     assert args[:8] == ['-p', 'part', '--job-name=job', '--gres=gpu:8', '--ntasks=16',
-                        '--ntasks-per-node=8', '--cpus-per-task=4', '--kill-on-bad-exit=1']
+                        '--ntasks-per-node=8', '--cpus-per-task=4',
+                        '--kill-on-bad-exit=1']
     assert args[8:] == ['--quotatype=auto', 'python3', '-u',
                         osp.join(REPO, 'tools', 'train.py'), 'configs/x.py',
                         '--work-dir=work', '--launcher=slurm', '--amp']

@@ -42,7 +42,8 @@ def test_names_unique_lower_case_and_every_metafile_imported():
     with open(osp.join(REPO, 'model-index.yml')) as f:
         imported = yaml.safe_load(f)['Import']
     metafiles = sorted(osp.relpath(p, REPO)
-                       for p in glob.glob(osp.join(REPO, 'configs', '*', 'metafile.yml')))
+                       for p in glob.glob(osp.join(REPO, 'configs', '*',
+                                                   'metafile.yml')))
     assert sorted(imported) == metafiles
 
 
@@ -165,7 +166,8 @@ def test_regular_install_ships_the_configs_and_the_index(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     sdist, = glob.glob(str(tmp_path / 'dist' / '*.tar.gz'))
     proc = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps',
-                           '--no-build-isolation', '-w', str(tmp_path / 'wheels'), sdist],
+                           '--no-build-isolation', '-w', str(tmp_path / 'wheels'),
+                           sdist],
                           cwd=str(tmp_path), **run)
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheel, = glob.glob(str(tmp_path / 'wheels' / '*.whl'))
