@@ -10,6 +10,19 @@
 # their blocks from CUDA graphs (CUDAGraphBlocksHook). MODEL+compile compiles both
 # backbones as the -compile configs do (CompileModulesHook, reduce-overhead), e.g.
 # dinovim-base+compile.
+usage() {
+  cat <<'TXT'
+usage: benchmarks/time_training_loop.sh [MODEL ...]
+
+MODEL: a name of benchmarks/benchmark.py's MODELS with a DINO config
+(dinovim-tiny, dinovim-small, dinovim-base, dinomamba-reg-base, linearvit-base,
+vit-base) or its short alias (dinovim-t, reg-b, ...); MODEL+compile compiles
+both backbones (reduce-overhead). Default: dinovim-base dinovim-small dinovim-tiny.
+Environment: ITERS (30), ROOT (work_dirs/synthetic_imagenet; made when missing),
+WORK_DIR (work_dirs/time_training_loop), WORKERS (14), PYTHON.
+TXT
+}
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}

@@ -6,13 +6,17 @@ mmdet are installed (see :mod:`mmdinomamba.registry`), so configs only need
 allow-lists the data types of mmengine's checkpoints for
 ``torch.load(weights_only=True)`` (see :mod:`mmdinomamba.utils.safe_load`), so
 upstream loaders read the checkpoints ``tools/train.py`` writes without running
-anything from the file.
+anything from the file, and registers the model index with mmpretrain's
+``ModelHub`` (see :mod:`mmdinomamba.zoo`), so ``mmpretrain.list_models('*dinovim*')``
+and ``mmpretrain.get_model(name)`` know our models.
 """
 from .registry import register_all_modules
 from .utils import allow_mmengine_checkpoint_types
 from .version import __version__
+from .zoo import register_model_index
 
 register_all_modules()
 allow_mmengine_checkpoint_types()
+register_model_index()
 
 __all__ = ['__version__', 'register_all_modules']

@@ -58,6 +58,8 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
     # training stops at the first non-finite loss or gradient, before any save
     ('mmdinomamba.engine.hooks.NonFiniteStopHook', 'HOOKS', ALL),
+    # one intra-op thread on a CPU-only machine (the shipped configs' default_hooks)
+    ('mmdinomamba.engine.hooks.CPUThreadsHook', 'HOOKS', ALL),
     # a loaded checkpoint must fill the model and be finite (tools/train.py, test.py)
     ('mmdinomamba.engine.hooks.StrictLoadHook', 'HOOKS', ALL),
     # torch.compile of named submodules (the backbones), selected in the config

@@ -1,5 +1,22 @@
 #!/usr/bin/env bash
-# Usage: tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args...]
+# Evaluate a checkpoint on several GPUs (or CPU processes) with torchrun.
+usage() {
+  cat <<'TXT'
+usage: tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args...]
+
+Runs tools/test.py CONFIG CHECKPOINT --launcher pytorch in GPUS processes on this
+machine. Several machines: run it on each with
+  NNODES=N NODE_RANK=0..N-1 MASTER_ADDR=<host of rank 0> PORT=<free port>
+Environment: NNODES (1), NODE_RANK (0), MASTER_ADDR (127.0.0.1), PORT (29500),
+PYTHON (the repository's .venv/bin/python if present, else python).
+TXT
+}
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+if [ $# -lt 3 ]; then
+  echo "dist_test.sh: CONFIG, CHECKPOINT and GPUS are required" >&2
+  usage >&2
+  exit 2
+fi
 set -euo pipefail
 CONFIG=$1
 CHECKPOINT=$2

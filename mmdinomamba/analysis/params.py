@@ -4,15 +4,12 @@ from typing import List, Optional, Tuple
 import torch
 
 from mmdinomamba.models.backbones import DinoVim, LinearViT
+from mmdinomamba.zoo import BACKBONES
 
-# name -> (constructor, kwargs, parameter count reported by the paper in millions)
-PAPER_BACKBONES = {
-    'DinoVim-T': (DinoVim, dict(arch='tiny'), None),
-    'DinoVim-S': (DinoVim, dict(arch='small'), None),
-    'DinoVim-B': (DinoVim, dict(arch='base'), 88.0),
-    'DinoMamba-Reg-B': (DinoVim, dict(arch='base', num_registers=12), 88.0),
-    'LinearViT-B': (LinearViT, dict(arch='base'), 85.0),
-}
+# the classes of the paper's backbones in :data:`mmdinomamba.zoo.BACKBONES`
+# (mmpretrain's VisionTransformer is imported where it is used: it needs mmpretrain;
+# MLLA's counts, with its classifier, are in configs/mlla/metafile.yml)
+CLASSES = {'DinoVim': DinoVim, 'LinearViT': LinearViT}
 
 
 def num_params(module: torch.nn.Module) -> int:
@@ -20,15 +17,20 @@ def num_params(module: torch.nn.Module) -> int:
 
 
 def count_backbone_params() -> List[Tuple[str, int, Optional[float]]]:
-    """(name, parameter count, paper's count in M or None) for each backbone."""
+    """(name, parameter count, the paper's count in M or None) for each of the
+    paper's backbones in :data:`mmdinomamba.zoo.BACKBONES`; ``vit-base`` only where
+    mmpretrain imports."""
+    classes = dict(CLASSES)
+    try:
+        from mmpretrain.models import VisionTransformer
+        classes['VisionTransformer'] = VisionTransformer
+    except ImportError:
+        pass
     rows = []
     with torch.device('meta'):
-        for name, (cls, kwargs, paper) in PAPER_BACKBONES.items():
-            rows.append((name, num_params(cls(**kwargs)), paper))
-        try:
-            from mmpretrain.models import VisionTransformer
-        except ImportError:
-            return rows
-        rows.append(('ViT-B (mmpretrain)', num_params(VisionTransformer(arch='b')),
-                     85.0))
+        for name, (cfg, _, paper) in BACKBONES.items():
+            kwargs = dict(cfg)
+            cls = classes.get(kwargs.pop('type'))
+            if cls is not None:
+                rows.append((name, num_params(cls(**kwargs)), paper))
     return rows

@@ -6,12 +6,15 @@
   looks like one it does (``randomnes``), or a new top-level key from
   ``--cfg-options``, is logged as a warning naming the closest known key;
 - :func:`build_checked_loop`: builds the train (or test) loop and fails, naming
-  the dataset and the fix, on an empty dataset, on a dataset smaller than one
-  batch, and on a classifier head whose class count differs from the data's; and
-  it makes every data-pipeline error name the image file it was reading.
+  the dataset and the fix, on data that is not where the config says, on an
+  empty dataset, on a dataset smaller than one batch, and on a classifier head
+  whose class count differs from the data's; and it makes every data-pipeline
+  error name the image file it was reading.
 """
 import difflib
 import logging
+import os
+import os.path as osp
 from typing import Iterable, List, Optional
 
 import numpy as np
@@ -135,6 +138,25 @@ def _labels(dataset) -> set:
     return {int(v) for v in np.unique(np.asarray(labels))} if len(labels) else set()
 
 
+def missing_data_error(cfg: Config, mode: str, err: OSError) -> FileNotFoundError:
+    """The error for data that is not where the config says: the dataset, the
+    missing path (and the folder relative paths are read from) and the two fixes,
+    pointing the config at the data or making the toy data."""
+    dataset = (cfg.get(f'{mode}_dataloader') or {}).get('dataset') or {}
+    root = str(dataset.get('data_root') or '')
+    missing = err.filename or root
+    fixes = [f'point the config at the data: --cfg-options '
+             f'{mode}_dataloader.dataset.data_root=PATH (the ADE20K and COCO configs '
+             'also read the environment variable DATA_ROOT)']
+    if 'toy' in osp.basename(root.rstrip('/')):
+        fixes.append(f'or make the toy data: python tools/make_toy_data.py {root} '
+                     "(the arguments are in the config's header; the comparison's "
+                     'data is made by tools/run_comparison.py)')
+    return FileNotFoundError(
+        f'{_describe(cfg, mode)}: {missing!r} does not exist (relative paths are '
+        f'read from {os.getcwd()}); ' + ', '.join(fixes))
+
+
 def build_checked_loop(runner, mode: str = 'train'):
     """Build ``runner``'s train or test loop, checking that its data fits.
 
@@ -147,6 +169,8 @@ def build_checked_loop(runner, mode: str = 'train'):
         ``runner.train()`` / ``runner.test()`` then use.
 
     Raises:
+        FileNotFoundError: the data is not where the config says (named, with
+            the fixes).
         ValueError: the dataset is empty; it holds fewer samples than one batch
             (training with ``drop_last``); the model's ``head.num_classes`` (or
             ``decode_head.num_classes``) differs from the dataset's class count and
@@ -158,6 +182,8 @@ def build_checked_loop(runner, mode: str = 'train'):
     where = _describe(runner.cfg, mode)
     try:
         loop = getattr(runner, f'{mode}_loop')
+    except FileNotFoundError as err:
+        raise missing_data_error(runner.cfg, mode, err) from err
     except ValueError as err:
         if EMPTY_DATASET not in str(err):
             raise

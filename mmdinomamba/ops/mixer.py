@@ -32,7 +32,12 @@ def auto_chunk_size(seqlen: int) -> int:
     128 tokens, else 64. The intra-chunk step costs seqlen x chunk and the chunk
     count adds steps, so both ends lose (CPU, 256-wide DinoVim, 4 layers, forward +
     backward, batch 2, one thread: 258 tokens 489 ms with chunk 64, 1105 ms with
-    256; 66 tokens 119 ms in one chunk, 212 ms with chunk 64)."""
+    256; 66 tokens 119 ms in one chunk, 212 ms with chunk 64).
+
+    ``seqlen`` may be a 0-d tensor: a tensor's size under ``torch.jit.trace``
+    (mmengine's FLOP counter traces the model); the chunk is a plain int either way.
+    """
+    seqlen = int(seqlen)
     return seqlen if seqlen <= 128 else 64
 
 

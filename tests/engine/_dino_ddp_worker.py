@@ -1,4 +1,5 @@
-"""Run by torchrun in test_dino_training.py: train the tiny toy DINO, save the centre.
+"""Run by torchrun in test_dino_training.py and test_multinode.py: train the tiny
+toy DINO, save each rank's centre and parameters (student, heads and teacher).
 
 Usage: torchrun --nproc_per_node=2 _dino_ddp_worker.py DATA_ROOT WORK_DIR
 """
@@ -24,7 +25,9 @@ def main():
     runner.train()
     model = runner.model.module
     save_atomic(dict(center=model.loss_module.center.clone(),
-                     teacher=model.teacher.state_dict(), iter=runner.iter,
+                     teacher=model.teacher.state_dict(),
+                     parameters={k: v.detach() for k, v in model.named_parameters()},
+                     iter=runner.iter,
                      world_size=runner.world_size),
                 osp.join(work_dir, f'state_rank{runner.rank}.pth'))
     teardown_distributed()

@@ -86,6 +86,25 @@ def test_a_dataset_smaller_than_one_batch_is_named(toy_root, tmp_path):
         build_checked_loop(runner_of(cfg, 'small-dataset'), 'train')
 
 
+@pytest.mark.parametrize('mode', ['train', 'test'])
+def test_missing_data_names_the_path_and_the_fixes(tmp_path, monkeypatch, mode):
+    """The toy config run where no data was made: the dataset, the missing folder,
+    where relative paths are read from, the option that moves the data root and
+    the command that makes the toy data (was: a bare No such file or directory)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = probe_config('data/toy', tmp_path / 'work')
+    with pytest.raises(FileNotFoundError) as err:
+        build_checked_loop(runner_of(cfg, f'missing-{mode}'), mode)
+    message = str(err.value)
+    assert message.startswith(f"{mode}_dataloader.dataset (type='ImageNet', "
+                              "data_root='data/toy'")
+    # (the classifier's dataset reads its class list first)
+    assert f"'data/toy/classes.txt' does not exist (relative paths are read from " \
+        f'{tmp_path})' in message
+    assert f'--cfg-options {mode}_dataloader.dataset.data_root=PATH' in message
+    assert 'python tools/make_toy_data.py data/toy' in message
+
+
 def test_an_empty_annotation_list_is_named(toy_root, tmp_path):
     (tmp_path / 'empty.txt').write_text('')
     cfg = tiny_dino_config(toy_root, str(tmp_path), max_epochs=1, num_workers=0)

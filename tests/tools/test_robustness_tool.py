@@ -51,3 +51,21 @@ def test_missing_checkpoint(load_tool, tmp_path):
     tool = load_tool('tools/analysis/robustness.py')
     with pytest.raises(FileNotFoundError, match='checkpoint not found'):
         tool.main(['dinovim-base-p16', str(tmp_path / 'none.pth')])
+
+
+def test_backbone_names_and_aliases_reach_the_shipped_configs(load_tool, tmp_path,
+                                                              monkeypatch):
+    """Without --config-dir the shipped configs are used from any folder, and MODEL
+    is a zoo name, an alias or the config prefix."""
+    tool = load_tool('tools/analysis/robustness.py')
+    for name in ('dinovim-base', 'dinovim-b', 'DinoVim-B', 'dinovim-base-p16'):
+        assert tool.shipped_config_prefix(name) == 'dinovim-base-p16'
+    assert tool.shipped_config_prefix('reg-b') == 'dinomamba-reg-base-p16'
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / 'probe.pth'
+    ckpt.write_bytes(b'')
+    # the configs are found (from another folder); their data is not: the set's
+    # dataset fails, after the config was read
+    with pytest.raises(FileNotFoundError,
+                       match="image folder not found: 'data/imagenet-a"):
+        tool.main(['vit-b', str(ckpt), '--sets', 'IN-A'])

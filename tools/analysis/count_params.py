@@ -1,11 +1,23 @@
-"""Print parameter counts of the paper's backbones next to the paper's figures.
+"""Print the parameter counts of the backbones next to the paper's figures.
 
     python tools/analysis/count_params.py
+
+The paper's backbones, by their names in :data:`mmdinomamba.zoo.BACKBONES`,
+built on the meta device (no memory, no weights).
 """
+import argparse
+
 from mmdinomamba.analysis.params import count_backbone_params
 
 
-def main():
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Parameter counts of the backbones next to the paper's figures")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    parse_args(argv)
     print(f"{'backbone':<20}{'params (M)':>12}{'paper (M)':>11}{'diff':>8}")
     for name, params, paper in count_backbone_params():
         millions = params / 1e6

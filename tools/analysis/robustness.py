@@ -1,13 +1,16 @@
 """Run the four robustness tests of a linear probe and print the paper's table row.
 
     python tools/analysis/robustness.py MODEL PROBE_CHECKPOINT
-        [--sets IN-Sketch IN-A IN-R ReaL] [--config-dir configs/robustness]
+        [--sets IN-Sketch IN-A IN-R ReaL] [--config-dir DIR]
         [--work-dir DIR] [--out FILE.json] [--cfg-options k=v ...]
 
-MODEL names the configs ``<config-dir>/<MODEL>_<set>.py`` (e.g. ``dinovim-base-p16``);
-each is run as ``tools/test.py`` runs it, and the table puts the measured row next to
-the paper's numbers when the paper has the backbone. ``--cfg-options`` applies to
-every set. ``--out`` writes the numbers and all metrics as JSON, atomically.
+MODEL names the configs ``<config-dir>/<MODEL>_<set>.py``. With the shipped configs
+(no ``--config-dir``; they are found from any folder) MODEL is a backbone name of
+:data:`mmdinomamba.zoo.BACKBONES` or its alias (``dinovim-base``, ``dinovim-b``,
+``dinovim-base-p16``). Each config is run as ``tools/test.py`` runs it, and the table
+puts the measured row next to the paper's numbers when the paper has the backbone.
+``--cfg-options`` applies to every set. ``--out`` writes the numbers and all
+metrics as JSON, atomically.
 """
 import argparse
 import os.path as osp
@@ -20,18 +23,21 @@ from mmdinomamba.utils import allow_mmengine_checkpoint_types, dump_atomic
 from mmdinomamba.evaluation.robustness import (PAPER_ROBUSTNESS, ROBUSTNESS_SETS,
                                                format_table, robustness_config,
                                                robustness_row)
+from mmdinomamba.zoo import canonical_name, config_path
 
 COLUMNS = [spec.column for spec in ROBUSTNESS_SETS]
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('model', help='model name, e.g. dinovim-base-p16')
+    parser.add_argument('model', help='model name, e.g. dinovim-base (or dinovim-b, '
+                        'dinovim-base-p16); with --config-dir, the configs\' prefix')
     parser.add_argument('checkpoint', help='linear-probe checkpoint')
     parser.add_argument('--sets', nargs='+', choices=COLUMNS, default=COLUMNS,
                         help='columns to run (default: all four)')
-    parser.add_argument('--config-dir', default='configs/robustness',
-                        help='folder of the <model>_<set>.py configs')
+    parser.add_argument('--config-dir',
+                        help='folder of the <model>_<set>.py configs (default: the '
+                        'shipped configs/robustness)')
     parser.add_argument('--work-dir', help='logs go to WORK_DIR/<set>; default '
                         'work_dirs/robustness/<model>')
     parser.add_argument('--out', help='write the row and the metrics to this JSON')
@@ -50,12 +56,27 @@ def run_set(config: str, checkpoint: str, work_dir: str, cfg_options=None) -> di
     return Runner.from_cfg(cfg).test()
 
 
+def shipped_config_prefix(model: str) -> str:
+    """The prefix of the shipped configs for a backbone name or alias
+    (``dinovim-b`` -> ``dinovim-base-p16``); an unknown name is kept as it is, so
+    that the missing config is reported with the known ones."""
+    try:
+        name = canonical_name(model)
+    except ValueError:
+        return model
+    return name if name.endswith(('-p16', '-p8')) else name + '-p16'
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
-    work_dir = args.work_dir or osp.join('work_dirs', 'robustness', args.model)
-    configs = {spec.column: robustness_config(args.config_dir, args.model, spec.suffix)
+    if args.config_dir is None:
+        config_dir, model = config_path('robustness'), shipped_config_prefix(args.model)
+    else:
+        config_dir, model = args.config_dir, args.model
+    work_dir = args.work_dir or osp.join('work_dirs', 'robustness', model)
+    configs = {spec.column: robustness_config(config_dir, model, spec.suffix)
                for spec in ROBUSTNESS_SETS if spec.column in args.sets}
     allow_mmengine_checkpoint_types()
     metrics = {column: run_set(config, args.checkpoint, osp.join(work_dir, column),
@@ -63,9 +84,9 @@ def main(argv=None) -> dict:
                for column, config in configs.items()}
     row = robustness_row([metrics.get(column) for column in COLUMNS])
     excluded = metrics['ReaL']['real/excluded'] if 'ReaL' in metrics else None
-    print(format_table(args.model, row, excluded))
-    result = dict(model=args.model, checkpoint=args.checkpoint,
-                  columns=COLUMNS, row=row, paper=PAPER_ROBUSTNESS.get(args.model),
+    print(format_table(model, row, excluded))
+    result = dict(model=model, checkpoint=args.checkpoint,
+                  columns=COLUMNS, row=row, paper=PAPER_ROBUSTNESS.get(model),
                   metrics=metrics)
     if args.out:
         dump_atomic(result, args.out)

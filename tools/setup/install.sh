@@ -9,6 +9,21 @@
 #     setuptools<70 and --no-build-isolation;
 #   * pip's wheel cache keys mmcv by its sdist name only, so we keep our own wheel cache keyed
 #     by the torch version and python tag, and never let pip reuse a foreign build.
+case "${1:-}" in
+  -h|--help)
+    cat <<'TXT'
+usage: tools/setup/install.sh   (make install runs it)
+
+Installs torch, mmcv (built once, cached), the OpenMMLab packages and mmdinomamba
+(editable, with the test extras) into a virtual environment; a second run with
+unchanged inputs returns in seconds.
+Environment: VENV (the repository's .venv), PYTHON (python3, makes the venv),
+MMDINOMAMBA_WHEEL_CACHE (where the mmcv wheel is kept), MAX_JOBS (2).
+TXT
+    exit 0 ;;
+  "") ;;
+  *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -20,9 +20,11 @@ val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = dict(dataset=dict(data_root=data_root))
 auto_scale_lr = dict(enable=False, base_batch_size=16)
 # checkpoints written atomically, with the RNG states for an exact --resume;
-# training stopped at the first non-finite loss or gradient, before it is saved
+# training stopped at the first non-finite loss or gradient, before it is saved;
+# one CPU thread without CUDA unless OMP_NUM_THREADS is set (CPUThreadsHook)
 default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'),
-                     non_finite=dict(type='NonFiniteStopHook'))
+                     non_finite=dict(type='NonFiniteStopHook'),
+                     cpu_threads=dict(type='CPUThreadsHook'))
 
 optim_wrapper = dict(
     _delete_=True,

@@ -1,4 +1,5 @@
 from .compile_hook import CompileModulesHook
+from .cpu_threads_hook import CPUThreadsHook
 from .cuda_graph_hook import CUDAGraphBlocksHook
 from .dino_freeze_last_layer_hook import DINOFreezeLastLayerHook
 from .dino_teacher_momentum_hook import DINOTeacherMomentumHook
@@ -9,7 +10,7 @@ from .non_finite_stop_hook import NonFiniteStopHook
 from .resumable_checkpoint_hook import ResumableCheckpointHook
 from .strict_load_hook import StrictLoadHook
 
-__all__ = ['CUDAGraphBlocksHook', 'CompileModulesHook', 'DINOFreezeLastLayerHook',
-           'DINOTeacherMomentumHook', 'DINOTeacherTempHook', 'InitialWeightsHook',
-           'KNNMonitorHook', 'NonFiniteStopHook', 'ResumableCheckpointHook',
-           'StrictLoadHook']
+__all__ = ['CPUThreadsHook', 'CUDAGraphBlocksHook', 'CompileModulesHook',
+           'DINOFreezeLastLayerHook', 'DINOTeacherMomentumHook', 'DINOTeacherTempHook',
+           'InitialWeightsHook', 'KNNMonitorHook', 'NonFiniteStopHook',
+           'ResumableCheckpointHook', 'StrictLoadHook']

@@ -5,7 +5,7 @@
 # activation map to them, bilinearly). The exact (rank) AUC is the default; the
 # paper's sweep is `--cfg-options test_evaluator.thresholds=100`.
 # Data root: --cfg-options test_dataloader.dataset.data_root=PATH
-_base_ = 'mmpretrain::_base_/default_runtime.py'
+_base_ = '../../../_base_/default_runtime.py'
 
 image_size = 224
 test_pipeline = [

@@ -19,6 +19,8 @@ test_dataloader = dict(batch_size=32, dataset=dict(pipeline=test_pipeline))
 test_evaluator = dict(_delete_=True, type='BinaryAUC', thresholds=None,
                       background_indices=[0], ignore_index=255)
 test_cfg = dict(type='TestLoop')
+# one CPU thread without CUDA unless OMP_NUM_THREADS is set
+default_hooks = dict(cpu_threads=dict(type='CPUThreadsHook'))
 # evaluation only: drop mmseg's training and validation loaders
 train_dataloader = None
 val_dataloader = None

@@ -1,0 +1,114 @@
+"""Every script of tools/ and benchmarks/ answers ``--help`` from any folder:
+exit status 0, a usage text, and no file written anywhere (a script that ran its
+job instead once wrote 1,441 JPEGs); the shell scripts that need arguments print
+their usage without them."""
+import glob
+import os
+import os.path as osp
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def scripts(*patterns: str):
+    return sorted(osp.relpath(p, REPO) for pattern in patterns
+                  for p in glob.glob(osp.join(REPO, pattern), recursive=True))
+
+
+PY_TOOLS = scripts('tools/**/*.py', 'benchmarks/*.py')
+# tools/setup/gxx_cpp20 is left out: a compiler wrapper that hands every argument
+# to g++ (mmcv's build calls it), not a command for users
+SH_TOOLS = scripts('tools/**/*.sh', 'benchmarks/*.sh')
+# the shell scripts with required arguments
+NEEDS_ARGUMENTS = ('tools/dist_train.sh', 'tools/dist_test.sh', 'tools/slurm_train.sh',
+                   'tools/slurm_test.sh')
+
+
+def files_under(root: str) -> dict:
+    """{path: modification time} of every file under ``root`` (caches and the
+    environment left out)."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ('.git', '.venv', '__pycache__',
+                                                '.pytest_cache')]
+        for name in files:
+            path = osp.join(folder, name)
+            found[path] = os.stat(path).st_mtime_ns
+    return found
+
+
+def test_every_script_is_covered():
+    assert len(PY_TOOLS) >= 15 and 'tools/analysis/count_params.py' in PY_TOOLS
+    assert set(NEEDS_ARGUMENTS) < set(SH_TOOLS)
+    assert 'benchmarks/time_training_loop.sh' in SH_TOOLS
+    assert 'tools/setup/install.sh' in SH_TOOLS
+
+
+@pytest.mark.parametrize('tool', PY_TOOLS)
+def test_python_tool_help(tool, tmp_path, monkeypatch, capsys):
+    """``python TOOL --help`` in an empty folder, run in this process (the tools'
+    imports are shared): exit 0, the usage, nothing written."""
+    before = files_under(REPO)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, 'argv', [osp.join(REPO, tool), '--help'])
+    monkeypatch.setattr(sys, 'path', list(sys.path))
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(osp.join(REPO, tool), run_name='__main__')
+    assert exit_.value.code in (0, None)
+    assert capsys.readouterr().out.startswith('usage: ')
+    assert os.listdir(tmp_path) == []
+    assert files_under(REPO) == before
+
+
+def run_script(tool: str, args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(['bash', osp.join(REPO, tool), *args], cwd=str(cwd),
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHON='/nonexistent/python'))
+
+
+@pytest.mark.parametrize('tool', SH_TOOLS)
+def test_shell_script_help(tool, tmp_path):
+    before = files_under(REPO)
+    for flag in ('--help', '-h'):
+        proc = run_script(tool, [flag], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f'usage: {tool} ')
+    assert os.listdir(tmp_path) == []
+    assert files_under(REPO) == before
+
+
+@pytest.mark.parametrize('tool', NEEDS_ARGUMENTS)
+def test_shell_script_without_arguments_prints_its_usage(tool, tmp_path):
+    proc = run_script(tool, [], tmp_path)
+    assert proc.returncode == 2
+    assert 'are required' in proc.stderr and f'usage: {tool} ' in proc.stderr
+    assert 'unbound variable' not in proc.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_slurm_train_hands_the_job_to_srun(tmp_path):
+    """The command srun receives: the GPU and CPU counts from the environment,
+    tools/train.py with the config, the work dir, the slurm launcher and the
+    extra arguments (an ``srun`` stand-in records it)."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'srun').write_text(
+        f'#!/usr/bin/env bash\necho "$@" > {tmp_path}/srun.txt\n')
+    (bin_dir / 'srun').chmod(0o755)
+    env = dict(os.environ, PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
+               GPUS='16', GPUS_PER_NODE='8', CPUS_PER_TASK='4',
+               SRUN_ARGS='--quotatype=auto', PYTHON='python3')
+    subprocess.run(['bash', osp.join(REPO, 'tools', 'slurm_train.sh'), 'part', 'job',
+                    'configs/x.py', 'work', '--amp'], cwd=str(tmp_path), env=env,
+                   check=True, timeout=60)
+    args = (tmp_path / 'srun.txt').read_text().split()
+    assert args[:8] == ['-p', 'part', '--job-name=job', '--gres=gpu:8', '--ntasks=16',
+                        '--ntasks-per-node=8', '--cpus-per-task=4',
+                        '--kill-on-bad-exit=1']
+    assert args[8:] == ['--quotatype=auto', 'python3', '-u',
+                        osp.join(REPO, 'tools', 'train.py'), 'configs/x.py',
+                        '--work-dir=work', '--launcher=slurm', '--amp']
