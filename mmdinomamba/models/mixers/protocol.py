@@ -13,8 +13,13 @@ and the values ``X`` they act on, so analysis never looks inside it:
   reproduces is documented by each mixer).
 
 ``u`` is the mixer's own input, (batch, seqlen, dim). Matrices and values are
-computed without gradients, in the dtype of the mixer's parameters (cast the
-mixer and ``u`` to float64 for exact rank work).
+computed in the dtype of the mixer's parameters (cast the mixer and ``u`` to
+float64 for exact rank work) and in the caller's grad mode: with gradients
+enabled they are differentiable in the mixer's parameters and in ``u``, which is
+how :mod:`mmdinomamba.analysis.expressivity` fits a mixer's matrix to a target
+through this protocol; the measuring helpers of :mod:`mmdinomamba.analysis.mixing`
+call them under ``torch.no_grad()``. An implementation therefore must not switch
+gradients off itself (no ``@torch.no_grad()``).
 """
 from dataclasses import dataclass
 from typing import Dict, Protocol, Tuple, runtime_checkable
