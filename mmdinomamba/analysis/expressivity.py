@@ -250,6 +250,8 @@ class FitResult:
         rank (int, optional), block_rank (int, optional): the bounds used.
         seconds (float): wall time of all restarts.
         matrix (Tensor, optional): the best restart's M (float64), if asked for.
+        state (dict): the best restart's parameters (the model's state without
+            the features), for a warm start.
     """
     family: str
     width: int
@@ -264,6 +266,7 @@ class FitResult:
     block_rank: Optional[int] = None
     seconds: float = 0.0
     matrix: Optional[Tensor] = None
+    state: Optional[Dict[str, Tensor]] = None
 
     @property
     def best(self) -> float:
@@ -397,8 +400,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                steps: int = 400, restarts: int = 1, seed: int = 0,
                memory_limit_gb: float = 8.0, keep_matrix: bool = False,
                floors: Optional[Dict[str, Dict[int, float]]] = None,
-               features: Optional[Tensor] = None,
-               feature_dim: int = 64) -> FitResult:
+               features: Optional[Tensor] = None, feature_dim: int = 64,
+               warm_start: Optional[Dict[str, Tensor]] = None) -> FitResult:
     """Fit a family's M to ``target`` (module docstring).
 
     Every argument is checked before any work starts.
@@ -421,6 +424,10 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
         features (Tensor, optional): X, (seqlen, feature_dim); None for
             :func:`token_features` (seqlen, ``feature_dim``, ``seed``).
         feature_dim (int): width of the default features. Defaults to 64.
+        warm_start (dict, optional): parameters (a :attr:`FitResult.state`,
+            e.g. the fit of the same family and width to a shorter sequence:
+            none of them depends on L) that restart 0 starts from instead of
+            its random draw.
 
     Returns:
         FitResult.
@@ -453,6 +460,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
     for restart in range(restarts):
         torch.manual_seed(seed + restart)
         model = ProbeModel(family, width, heads, features)
+        if restart == 0 and warm_start is not None:
+            model.load_state_dict(dict(warm_start, features=model.features))
         M = model()
         if not M.requires_grad:
             raise RuntimeError(
@@ -467,7 +476,10 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
         result.errors.append(error)
         result.block_errors.append(_relative_error(offdiag_block(M), T_block)
                                    if has_block and math.isfinite(error) else None)
-        if keep_matrix and (best is None or error < best):
-            best, result.matrix = error, M
+        if best is None or error < best:
+            best = error
+            result.state = {name: value for name, value in model.state_dict().items()
+                            if name != 'features'}
+            result.matrix = M if keep_matrix else None
     result.seconds = time.perf_counter() - start
     return result

@@ -137,9 +137,11 @@ def format_markdown(results: dict, title: str = 'Expressivity of token mixers') 
         'fitted to the target T (`mmdinomamba.analysis.expressivity`): the best '
         'restart, with the range over restarts in brackets where they differ. '
         f'Fixed token features of width {meta["feature_dim"]} (seed {meta["seed"]}); '
-        f'{budget["steps"]} evaluations and {budget["restarts"]} restarts per fit '
-        f'below L = {budget["long_from"]}, {budget["long_steps"]} and '
-        f'{budget["long_restarts"]} from there on. Floors (closed form, from '
+        'evaluations and restarts per fit: ' + ', '.join(
+            f'{steps} x {restarts} up to L = {max_seqlen}'
+            for max_seqlen, steps, restarts in budget['tiers']) +
+        ' (restart 0 warm-started from the fit at the previous L). '
+        'Floors (closed form, from '
         '`torch.linalg.svdvals`): no matrix of rank r comes closer than the rank-r '
         'floor (linear attention: r = heads x D_QK), no lower-triangular matrix '
         'closer than the causal floor. '

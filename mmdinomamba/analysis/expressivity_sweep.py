@@ -3,19 +3,23 @@
 A sweep is a list of :class:`Grid` s; each grid is the product of its targets,
 sequence lengths, widths and heads, and every family of the sweep is fitted on
 every cell (:func:`~.expressivity.fit_matrix`). :data:`DEFAULT_GRIDS` is the
-sweep of docs/expressivity.md:
+sweep of docs/expressivity.md, at width 16 and one head unless said:
 
-- L in {64, 128, 256, 512, 1024} at width 16, one head, for the permutation,
-  both bands and the trained attention;
+- L in {64, 128, 256, 512, 1024} for the permutation, the 2-D band and the
+  trained attention, L up to 512 for the 1-D band;
 - L in {64, 128, 256} for the smooth kernel, the row-stochastic matrix and the
   causal decay;
-- widths {8, 32, 128} and heads {2, 4} at L = 256 for the permutation and the
-  trained attention.
+- widths {8, 32, 128} at L = 128 for the permutation and the trained
+  attention, and heads {2, 4} for the permutation.
 
-:class:`Budget` sets the evaluations and restarts per fit, fewer from
-``long_from`` tokens on (a fit at L = 1024 costs 16 times one at 256). Every cell
-is checked (family, target, sizes, the memory it needs) before the first fit;
-a line per fit reports the error, the floor and the time left.
+:class:`Budget` sets the evaluations and restarts per fit, fewer as L grows (a
+fit at L = 1024 costs 16 times one at 256). Restart 0 of a fit starts from the
+best parameters of the same family, target, width and heads at the previous L
+(no parameter depends on L), so that the long sequences, where evaluations are
+scarce, start from a fit instead of a random draw; the other restarts start
+from random draws. Every cell is checked (family, target, sizes, the memory it
+needs) before the first fit; a line per fit reports the error, the floor and
+the time left.
 """
 import math
 import time
@@ -46,36 +50,49 @@ class Grid:
 
 
 DEFAULT_GRIDS = (
-    Grid(('permutation', 'band_1d', 'band_2d', 'trained_attention'),
-         (64, 128, 256, 512, 1024)),
+    Grid(('permutation', 'band_2d', 'trained_attention'), (64, 128, 256, 512, 1024)),
+    Grid(('band_1d', ), (64, 128, 256, 512)),
     Grid(('smooth_kernel', 'row_stochastic', 'causal_decay'), (64, 128, 256)),
-    Grid(('permutation', 'trained_attention'), (256, ), (8, 32, 128)),
-    Grid(('permutation', 'trained_attention'), (256, ), (16, ), (2, 4)),
+    Grid(('permutation', 'trained_attention'), (128, ), (8, 32, 128)),
+    Grid(('permutation', ), (128, ), (16, ), (2, 4)),
 )
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Evaluations (forward and backward passes) and restarts per fit.
+    """Evaluations (forward and backward passes) and restarts per fit, by L.
 
     Attributes:
-        steps (int): evaluations per restart below ``long_from`` tokens.
-        restarts (int): restarts below ``long_from`` tokens.
-        long_from (int): L from which the long budget applies.
-        long_steps (int): evaluations per restart from ``long_from`` on.
-        long_restarts (int): restarts from ``long_from`` on.
+        tiers (tuple): ``(max_seqlen, steps, restarts)`` triples, ``max_seqlen``
+            increasing; a fit at L takes the first tier with ``L <= max_seqlen``
+            (the last tier beyond). The default spends 300 evaluations and two
+            restarts up to L = 128, then fewer as a fit's cost grows with L^2:
+            200, 150 and 100 evaluations at 256, 512 and 1024, one restart each,
+            warm-started from the same family's fit at the shorter L
+            (:func:`run_sweep`).
     """
-    steps: int = 400
-    restarts: int = 2
-    long_from: int = 512
-    long_steps: int = 200
-    long_restarts: int = 1
+    tiers: Tuple[Tuple[int, int, int], ...] = ((128, 300, 2), (256, 200, 1),
+                                               (512, 150, 1), (1024, 100, 1))
+
+    def __post_init__(self):
+        if not self.tiers:
+            raise ValueError('a budget needs at least one (max_seqlen, steps, '
+                             'restarts) tier')
+        for tier in self.tiers:
+            if len(tier) != 3 or not all(isinstance(v, int) and v > 0 for v in tier):
+                raise ValueError('each budget tier is (max_seqlen, steps, restarts), '
+                                 f'positive ints; got {tier!r}')
+        lengths = [t[0] for t in self.tiers]
+        if lengths != sorted(set(lengths)):
+            raise ValueError(f'budget tiers must have increasing max_seqlen, got '
+                             f'{lengths}')
 
     def at(self, seqlen: int) -> Tuple[int, int]:
         """(steps, restarts) at ``seqlen`` tokens."""
-        if seqlen >= self.long_from:
-            return self.long_steps, self.long_restarts
-        return self.steps, self.restarts
+        for max_seqlen, steps, restarts in self.tiers:
+            if seqlen <= max_seqlen:
+                return steps, restarts
+        return self.tiers[-1][1:]
 
 
 @dataclass(frozen=True)
@@ -203,6 +220,9 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
     cache: Dict[Tuple[str, int], Tensor] = {}
     fits, matrices = [], {}
     features: Dict[int, Tensor] = {}
+    # the best parameters of each (family, target, width, heads) at the last L
+    warm: Dict[tuple, Dict[str, Tensor]] = {}
+    warm_seqlen: Dict[tuple, int] = {}
     for index, cell in enumerate(cells, 1):
         key = (cell.target, cell.seqlen)
         if key not in cache:
@@ -232,15 +252,18 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
         steps, restarts = budget.at(cell.seqlen)
         keep = show_seqlen == cell.seqlen and cell.width == grids[0].widths[0] and \
             cell.heads == grids[0].heads[0]
+        line = (cell.family, cell.target, cell.width, cell.heads)
         result = fit_matrix(T, cell.family, cell.width, cell.heads, steps=steps,
                             restarts=restarts, seed=seed, memory_limit_gb=memory_limit_gb,
                             keep_matrix=keep, floors=floors,
-                            features=features[cell.seqlen])
+                            features=features[cell.seqlen], warm_start=warm.get(line))
+        warm_from = warm_seqlen.get(line)
+        warm[line], warm_seqlen[line] = result.state, cell.seqlen
         if keep:
             matrices.setdefault(key, {'target': T.float()})[cell.family] = \
                 result.matrix.float()
         row = dict(asdict(cell), width_name=fam.width_name, steps=steps,
-                   restarts=restarts, errors=result.errors,
+                   restarts=restarts, warm_start_from=warm_from, errors=result.errors,
                    initial_errors=result.initial_errors,
                    block_errors=result.block_errors, rank=result.rank,
                    floor=result.floor, block_rank=result.block_rank,

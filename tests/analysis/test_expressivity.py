@@ -185,6 +185,18 @@ def test_ssd_offdiagonal_block_never_beats_its_rank_floor(family):
         assert all(e >= causal_floor(T) * (1 - 1e-6) for e in result.errors)
 
 
+def test_warm_start_starts_restart_zero_from_the_given_fit():
+    T = build_target('band_1d', 24)
+    X = token_features(24, 8, seed=1)
+    first = fit_matrix(T, 'ssd_causal', 4, 1, steps=20, restarts=2, features=X)
+    again = fit_matrix(T, 'ssd_causal', 4, 1, steps=2, restarts=2, features=X,
+                       warm_start=first.state)
+    assert again.initial_errors[0] == pytest.approx(first.best, rel=1e-5)
+    # restart 1 draws its own initialisation, as it did the first time
+    assert again.initial_errors[1] == pytest.approx(first.initial_errors[1], rel=1e-12)
+    assert 'features' not in first.state
+
+
 # --------------------------------------------------------------------------- #
 # Bad input, before any work
 # --------------------------------------------------------------------------- #
@@ -219,7 +231,7 @@ def test_bad_targets_fail_first(no_work):
 def test_bad_sweeps_fail_first(no_work, monkeypatch):
     import mmdinomamba.analysis.expressivity_sweep as sweep
     monkeypatch.setattr(sweep, 'build_target', ex.ProbeModel)  # forbidden too
-    budget = Budget(steps=5, restarts=1)
+    budget = Budget(((4096, 5, 1), ))
     with pytest.raises(ValueError, match='GiB.*shorter sequence'):
         run_sweep(['softmax'], [Grid(('permutation', ), (64, 200_000))], budget)
     with pytest.raises(ValueError, match="unknown target 'spiral'"):
@@ -230,6 +242,10 @@ def test_bad_sweeps_fail_first(no_work, monkeypatch):
         run_sweep(['softmax'], [Grid(('trained_attention', ), (64, ))], budget)
     with pytest.raises(ValueError, match='ints >= 2'):
         plan_sweep(['softmax'], [Grid(('permutation', ), (1, ))], budget)
+    with pytest.raises(ValueError, match='increasing max_seqlen'):
+        Budget(((256, 5, 1), (64, 5, 1)))
+    with pytest.raises(ValueError, match='positive ints'):
+        Budget(((256, 0, 1), ))
 
 
 # --------------------------------------------------------------------------- #
@@ -249,8 +265,7 @@ def test_sweep_reports_floors_of_its_targets_and_writes_the_report(tmp_path):
         return trained[seqlen]
 
     results = run_sweep(['softmax', 'linear', 'ssd_causal'], grids,
-                        Budget(steps=6, restarts=2, long_from=24, long_steps=4,
-                               long_restarts=1),
+                        Budget(((16, 6, 2), (24, 4, 1))),
                         feature_dim=8, trained_attention=attention, show_seqlen=16,
                         progress=False)
     cells = {(f['family'], f['target'], f['seqlen'], f['width'], f['heads'])
@@ -262,6 +277,7 @@ def test_sweep_reports_floors_of_its_targets_and_writes_the_report(tmp_path):
         assert (fit['steps'], fit['restarts']) == ((4, 1) if fit['seqlen'] == 24
                                                   else (6, 2))
         assert len(fit['errors']) == fit['restarts']
+        assert fit['warm_start_from'] == (16 if fit['seqlen'] == 24 else None)
         assert fit['error']['best'] == min(fit['errors'])
         if fit['family'] == 'linear':
             assert fit['floor'] == pytest.approx(

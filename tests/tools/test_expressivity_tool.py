@@ -36,8 +36,8 @@ def test_tool_writes_the_report(tmp_path, tool, checkpoint, capsys):
     paths = tool.main([
         '--out-dir', str(out), '--families', 'softmax', 'linear',
         '--grid', 'permutation,trained_attention', '16,32', '4', '1',
-        '--grid', 'permutation', '16', '2,4', '1', '--steps', '5', '--restarts', '2',
-        '--long-from', '32', '--long-steps', '3', '--feature-dim', '8',
+        '--grid', 'permutation', '16', '2,4', '1', '--budget', '16', '5', '2',
+        '--budget', '32', '3', '1', '--feature-dim', '8',
         '--show-seqlen', '16', '--attention-config', VIT, '--attention-checkpoint',
         checkpoint, '--attention-layer', '1', '--attention-head', '2', '--no-progress'])
     assert sorted(paths) == ['block_error_vs_seqlen.png', 'error_vs_seqlen.png',

@@ -41,15 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar=('TARGETS', 'SEQLENS', 'WIDTHS', 'HEADS'),
                         help='targets x sequence lengths x widths x heads, each a '
                         'comma-separated list; repeatable (default: DEFAULT_GRIDS)')
-    budget = Budget()
-    parser.add_argument('--steps', type=int, default=budget.steps,
-                        help='evaluations per fit below --long-from tokens')
-    parser.add_argument('--restarts', type=int, default=budget.restarts,
-                        help='restarts per fit below --long-from tokens')
-    parser.add_argument('--long-from', type=int, default=budget.long_from,
-                        help='sequence length from which the long budget applies')
-    parser.add_argument('--long-steps', type=int, default=budget.long_steps)
-    parser.add_argument('--long-restarts', type=int, default=budget.long_restarts)
+    parser.add_argument('--budget', nargs=3, type=int, action='append',
+                        metavar=('MAX_SEQLEN', 'STEPS', 'RESTARTS'),
+                        help='evaluations and restarts per fit up to MAX_SEQLEN '
+                        f'tokens; repeatable (default: {list(Budget().tiers)})')
     parser.add_argument('--feature-dim', type=int, default=128,
                         help='width of the fixed token features')
     parser.add_argument('--seed', type=int, default=0)
@@ -87,8 +82,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     try:
         grids = grids_from_args(args.grid)
-        budget = Budget(args.steps, args.restarts, args.long_from, args.long_steps,
-                        args.long_restarts)
+        budget = Budget(tuple(tuple(t) for t in args.budget)) if args.budget \
+            else Budget()
         needs_model = any('trained_attention' in g.targets for g in grids)
         if needs_model and not (args.attention_config and args.attention_checkpoint):
             raise ValueError('the trained_attention target needs --attention-config '
