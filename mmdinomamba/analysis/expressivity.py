@@ -29,8 +29,8 @@ w (D_QK or the state size N) and H heads::
   With one head ``a`` is a scale.
 - Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
   within ``steps`` evaluations (a forward and backward pass each). Adam (lr
-  0.03) spends a quarter of the budget moving off the initialisation and out
-  of the flat regions of saturated softmaxes; then L-BFGS (strong Wolfe line
+  0.03 falling along a cosine, keeping the best parameters it saw) spends a
+  quarter of the budget moving off the initialisation; then L-BFGS (strong Wolfe line
   search, history 50) converges, in coordinates scaled by Adam's second moments
   (``p = p0 + z / sqrt(v)``: a diagonal preconditioner, since the embedding,
   the projections and the SSD's decay parameters live on different scales).
@@ -322,17 +322,28 @@ MIN_GAIN = 0.01
 
 def _adam_phase(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
                 steps: int) -> Dict[str, Tensor]:
-    """``steps`` Adam steps; the per-parameter scale ``1 / sqrt(v)`` from its
-    second moments, divided by its median and clipped to :data:`SCALE_RANGE`."""
+    """``steps`` Adam steps, the learning rate falling from :data:`ADAM_LR` to 0
+    along a cosine; ``model`` is left at the best parameters the phase saw.
+    Returns the per-parameter scale ``1 / sqrt(v)`` from Adam's second moments,
+    divided by its median and clipped to :data:`SCALE_RANGE`."""
     named = {n: p for n, p in model.named_parameters() if p.requires_grad}
     adam = torch.optim.Adam(named.values(), lr=ADAM_LR)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(adam, steps)
+    best_loss, best_state = math.inf, None
     for _ in range(steps):
         adam.zero_grad(set_to_none=True)
         loss = loss_of(model())
         if not torch.isfinite(loss):
             break
+        if loss.item() < best_loss:
+            best_loss, best_state = loss.item(), copy.deepcopy(model.state_dict())
         loss.backward()
         adam.step()
+        schedule.step()
+    with torch.no_grad():
+        last = loss_of(model()).item()
+    if best_state is not None and not last <= best_loss:
+        model.load_state_dict(best_state)
     scale = {name: adam.state[p]['exp_avg_sq'].sqrt().add(1e-12).reciprocal()
              if p in adam.state else torch.ones_like(p)
              for name, p in named.items()}
