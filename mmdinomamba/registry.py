@@ -25,6 +25,9 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.models.mixers.SSDMixer', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.DinoVim', 'MODELS', ALL),
     ('mmdinomamba.models.backbones.LinearViT', 'MODELS', ALL),
+    ('mmdinomamba.models.backbones.MLLA', 'MODELS', ALL),
+    ('mmdinomamba.models.backbones.PlainMLLA', 'MODELS', ALL),
+    ('mmdinomamba.models.mixers.LinearAttentionMixer', 'MODELS', ALL),
     ('mmdinomamba.evaluation.BinaryAUC', 'METRICS', CLS_SEG),
     # Binary-AUC evaluation: activation maps as predictions, ImageNet-S label maps
     ('mmdinomamba.analysis.ActivationMapModel', 'MODELS', CLS_SEG),
@@ -53,6 +56,10 @@ REGISTRATIONS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ('mmdinomamba.engine.hooks.InitialWeightsHook', 'HOOKS', ALL),
     # checkpoints written atomically, with every rank's RNG states (exact resume)
     ('mmdinomamba.engine.hooks.ResumableCheckpointHook', 'HOOKS', ALL),
+    # training stops at the first non-finite loss or gradient, before any save
+    ('mmdinomamba.engine.hooks.NonFiniteStopHook', 'HOOKS', ALL),
+    # a loaded checkpoint must fill the model and be finite (tools/train.py, test.py)
+    ('mmdinomamba.engine.hooks.StrictLoadHook', 'HOOKS', ALL),
     # torch.compile of named submodules (the backbones), selected in the config
     ('mmdinomamba.engine.hooks.CompileModulesHook', 'HOOKS', ALL),
     # the backbones' blocks replayed from CUDA graphs (eager kernels, no compile)

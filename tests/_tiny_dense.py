@@ -1,7 +1,7 @@
 """The shrunk dense heads the dense tests train: ``--cfg-options`` keys for the
 necks and heads of the UperNet and Cascade / Mask R-CNN configs at a tiny width
 (the backbone and data keys stay with each test)."""
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 
 def upernet_head_options(width: int) -> Dict[str, object]:
@@ -17,15 +17,33 @@ def upernet_head_options(width: int) -> Dict[str, object]:
             'model.test_cfg.stride': (48, 48)}
 
 
-def two_stage_head_options(width: int, num_classes: int,
-                           stages: Sequence[str]) -> Dict[str, object]:
+def upernet_pyramid_head_options(widths: Sequence[int], width: int) -> Dict[str, object]:
+    """UperNet straight on a hierarchical backbone's four stages (``widths``
+    channels; no neck), the auxiliary head on the third, at ``width`` channels,
+    trained on 64 px crops."""
+    return {'model.decode_head.in_channels': list(widths),
+            'model.decode_head.channels': width,
+            'model.auxiliary_head.in_channels': widths[2],
+            'model.auxiliary_head.channels': width // 2,
+            'model.data_preprocessor.size': (64, 64)}
+
+
+def two_stage_head_options(width: int, num_classes: int, stages: Sequence[str],
+                           in_widths: Optional[Sequence[int]] = None
+                           ) -> Dict[str, object]:
     """The heads at ``width`` channels with ``num_classes`` classes and small
     proposal and sampling budgets; ``stages``: the key suffixes of the bbox heads
-    (``'.0'``, ``'.1'``, ... for Cascade R-CNN's list, ``''`` for one head)."""
-    opts = {
-        'model.neck.0.embed_dim': width,
-        'model.neck.1.in_channels': [width] * 4,
-        'model.neck.1.out_channels': width,
+    (``'.0'``, ``'.1'``, ... for Cascade R-CNN's list, ``''`` for one head). The
+    neck: Feature2Pyramid then FPN over four ``width`` maps (a plain backbone), or
+    with ``in_widths`` one FPN over a hierarchical backbone's four stages."""
+    if in_widths is None:
+        opts = {'model.neck.0.embed_dim': width,
+                'model.neck.1.in_channels': [width] * 4,
+                'model.neck.1.out_channels': width}
+    else:
+        opts = {'model.neck.in_channels': list(in_widths),
+                'model.neck.out_channels': width}
+    opts.update({
         'model.rpn_head.in_channels': width,
         'model.rpn_head.feat_channels': width,
         'model.roi_head.bbox_roi_extractor.out_channels': width,
@@ -42,7 +60,7 @@ def two_stage_head_options(width: int, num_classes: int,
         # that the metrics have detections to match
         'model.test_cfg.rcnn.score_thr': 0.0,
         'model.test_cfg.rcnn.max_per_img': 20,
-    }
+    })
     for stage in stages:
         opts.update({f'model.roi_head.bbox_head{stage}.num_classes': num_classes,
                      f'model.roi_head.bbox_head{stage}.in_channels': width,

@@ -1,12 +1,24 @@
-"""Imports run downward only: tools -> analysis / evaluation -> models -> ops.
+"""Imports run one way: ``tools -> analysis -> engine -> {models, evaluation,
+datasets} -> ops``, with no circle anywhere in the package.
 
-Every module of mmdinomamba/ is parsed (AST, no import), every ``import`` and
-``from ... import`` in it (also inside functions) is resolved to a package path,
-and the imports that go up a layer fail the test with the file and line.
+Every module of mmdinomamba/ is parsed (AST, no import), and every ``import`` and
+``from ... import`` in it (also inside functions) is resolved to a module of the
+package (``from a.b import c`` names the module ``a.b.c`` when there is one, else
+``a.b``). Three checks fail with the file and line of the offending import:
+
+* between subpackages, an import against the order above (``registry`` sits on top
+  of the package: only the package's own ``__init__`` imports it);
+* inside ``ops/``, an import against its own order
+  ``blocks -> mixer -> backend -> {ssd, norm, conv, linear_attention} -> spec``,
+  where ``ops/triton`` (the fused kernels, imported on demand by the dispatchers)
+  may import ``spec`` alone;
+* anywhere, a circle of imports between modules (one import per module, the first
+  one found on the circle, is reported).
 """
 import ast
 import os
 import os.path as osp
+from typing import Dict, List, Set, Tuple
 
 import pytest
 
@@ -14,17 +26,23 @@ ROOT = osp.join(osp.dirname(osp.abspath(__file__)), '..', 'mmdinomamba')
 
 # subpackage -> subpackages (and top-level names) it must never import
 FORBIDDEN = {
-    'ops': ('models', 'analysis', 'evaluation', 'engine', 'datasets', 'registry',
+    'ops': ('models', 'evaluation', 'datasets', 'engine', 'analysis', 'registry',
             'tools'),
-    'models': ('analysis', 'evaluation', 'engine', 'datasets', 'registry', 'tools'),
-    'evaluation': ('analysis', 'tools'),
-    'analysis': ('tools', ),
-    'datasets': ('analysis', 'evaluation', 'tools'),
-    'engine': ('analysis', 'tools'),
+    'models': ('engine', 'analysis', 'registry', 'tools'),
+    'evaluation': ('engine', 'analysis', 'registry', 'tools'),
+    'datasets': ('engine', 'analysis', 'registry', 'tools'),
+    'engine': ('analysis', 'registry', 'tools'),
+    'analysis': ('registry', 'tools'),
 }
+# inside ops/: module -> the rank it sits at; a module imports lower ranks only
+# (ops/triton: spec alone, whatever its rank says)
+OPS_RANK = {'spec': 0, 'ssd': 1, 'norm': 1, 'conv': 1, 'linear_attention': 1,
+            'triton': 1, 'backend': 2, 'mixer': 3, 'blocks': 4}
+TRITON_MAY_IMPORT = ('spec', )
 
 
 def modules(top=ROOT):
+    """(path, dotted name as a list) of every module under ``top``."""
     for root, _, names in os.walk(top):
         for name in sorted(names):
             if name.endswith('.py'):
@@ -36,25 +54,33 @@ def modules(top=ROOT):
                 yield path, parts
 
 
-def imported(path, parts):
-    """(line, dotted module name) of every import in the file."""
+def imports(path, parts):
+    """(line, dotted module name, names) of every import in the file: ``names`` are
+    what ``from module import ...`` takes (empty for ``import module``)."""
     package = parts if path.endswith('__init__.py') else parts[:-1]
     tree = ast.parse(open(path).read(), path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, ()
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[:len(package) - node.level + 1]
                 name = '.'.join(base + ([node.module] if node.module else []))
             else:
                 name = node.module
-            if name == 'mmdinomamba':  # `from mmdinomamba import analysis`
-                for alias in node.names:
-                    yield node.lineno, f'{name}.{alias.name}'
-            else:
-                yield node.lineno, name
+            yield node.lineno, name, tuple(alias.name for alias in node.names)
+
+
+def imported(path, parts):
+    """(line, dotted module name) of every import in the file; ``from mmdinomamba
+    import analysis`` names ``mmdinomamba.analysis``."""
+    for line, name, names in imports(path, parts):
+        if name == 'mmdinomamba' and names:
+            for alias in names:
+                yield line, f'{name}.{alias}'
+        else:
+            yield line, name
 
 
 def upward(layer, name):
@@ -65,16 +91,96 @@ def upward(layer, name):
         target[1] in FORBIDDEN[layer]
 
 
+def ops_violation(source: List[str], target: str) -> bool:
+    """Whether ``source`` (a module of ops/) may not import ``target``."""
+    parts = target.split('.')
+    if parts[:2] != ['mmdinomamba', 'ops'] or len(parts) < 3 or len(source) < 3:
+        return False  # the package itself, or outside ops/
+    if parts[2] == source[2]:
+        return False  # within one module or subpackage of ops/
+    if source[2] == 'triton':
+        return parts[2] not in TRITON_MAY_IMPORT
+    if source[2] not in OPS_RANK or parts[2] not in OPS_RANK:
+        return True  # a module of ops/ without a rank: give it one above
+    return OPS_RANK[parts[2]] >= OPS_RANK[source[2]]
+
+
 def violations(top=ROOT):
     out = []
     for path, parts in modules(top):
-        if len(parts) < 2 or parts[1] not in FORBIDDEN:
-            continue
+        rel = osp.relpath(path, osp.dirname(top))
         for line, name in imported(path, parts):
-            if upward(parts[1], name):
-                out.append(f'{osp.relpath(path, osp.dirname(top))}:{line}: '
-                           f'{parts[1]} -> {name}')
+            if len(parts) >= 2 and parts[1] in FORBIDDEN and upward(parts[1], name):
+                out.append(f'{rel}:{line}: {parts[1]} -> {name}')
+            elif len(parts) >= 3 and parts[1] == 'ops' and ops_violation(parts, name):
+                out.append(f'{rel}:{line}: {".".join(parts[1:])} -> {name}')
+    return sorted(set(out))
+
+
+def edges(top=ROOT) -> Dict[str, Dict[str, Tuple[str, int]]]:
+    """Module -> {imported module of the package: (path, line)}; ``from a import
+    b`` is an import of the module ``a.b`` when it exists, else of ``a``."""
+    known = {'.'.join(parts): path for path, parts in modules(top)}
+    out = {}
+    for path, parts in modules(top):
+        name = '.'.join(parts)
+        found = {}
+        for line, module, names in imports(path, parts):
+            targets = [f'{module}.{n}' if f'{module}.{n}' in known else module
+                       for n in names] or [module]
+            for target in targets:
+                if target in known and target != name:
+                    found.setdefault(target, (osp.relpath(path, osp.dirname(top)),
+                                              line))
+        out[name] = found
     return out
+
+
+def circles(graph: Dict[str, Dict[str, Tuple[str, int]]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def describe(component: List[str], graph) -> str:
+    """Each module of a circle with one import of it that stays on the circle."""
+    members = set(component)
+    lines = []
+    for v in component:
+        for w, (path, line) in graph[v].items():
+            if w in members:
+                lines.append(f'  {path}:{line}: {v} -> {w}')
+                break
+    return '\n'.join(lines)
 
 
 def test_the_walk_finds_the_imports():
@@ -87,6 +193,9 @@ def test_the_walk_finds_the_imports():
     assert 'mmdinomamba.ops' in found['mmdinomamba.models.mixers.ssd_mixer']  # absolute
     assert 'mmdinomamba.ops.triton' in found['mmdinomamba.ops.mixer']  # in a function
     assert 'mmdinomamba.models.backbones' in found['mmdinomamba.analysis.adapters']
+    graph = edges()
+    assert 'mmdinomamba.ops.spec' in graph['mmdinomamba.ops.triton.mixer']  # `..spec`
+    assert 'mmdinomamba.ops.triton' in graph['mmdinomamba.ops.backend']
 
 
 def test_imports_run_downward_only():
@@ -94,9 +203,17 @@ def test_imports_run_downward_only():
     assert not bad, 'imports against the layers:\n' + '\n'.join(bad)
 
 
-@pytest.mark.parametrize('source,target', [('ops', 'models'), ('models', 'analysis'),
-                                           ('models', 'evaluation'),
-                                           ('models', 'engine'), ('ops', 'engine')])
+def test_no_circle_of_imports_anywhere_in_the_package():
+    graph = edges()
+    found = circles(graph)
+    assert not found, 'circles of imports:\n' + '\n'.join(
+        describe(c, graph) for c in found)
+
+
+@pytest.mark.parametrize('source,target', [
+    ('ops', 'models'), ('models', 'analysis'), ('models', 'engine'),
+    ('evaluation', 'engine'), ('datasets', 'analysis'), ('engine', 'analysis'),
+    ('ops', 'engine'), ('analysis', 'tools')])
 def test_the_rule_catches_an_upward_import(tmp_path, source, target):
     """Planted upward imports are reported (so the test above can fail)."""
     package = tmp_path / 'mmdinomamba' / source / 'sub'
@@ -108,3 +225,49 @@ def test_the_rule_catches_an_upward_import(tmp_path, source, target):
     assert violations(str(tmp_path / 'mmdinomamba')) == [
         f'mmdinomamba/{source}/sub/bad.py:1: {source} -> mmdinomamba.{target}',
         f'mmdinomamba/{source}/sub/bad.py:3: {source} -> mmdinomamba.{target}.x']
+
+
+@pytest.mark.parametrize('target', ['ssd', 'mixer', 'blocks', 'backend', 'norm'])
+def test_the_rule_keeps_ops_triton_on_the_contracts(tmp_path, target):
+    """ops/triton may import ops/spec and its own modules, nothing else of ops/."""
+    triton = tmp_path / 'mmdinomamba' / 'ops' / 'triton'
+    triton.mkdir(parents=True)
+    (triton / 'ok.py').write_text('from ..spec import MixerSpec\nfrom .conv import f\n')
+    (triton / 'bad.py').write_text(f'from ..{target} import thing\n')
+    assert violations(str(tmp_path / 'mmdinomamba')) == [
+        f'mmdinomamba/ops/triton/bad.py:1: ops.triton.bad -> mmdinomamba.ops.{target}']
+
+
+def test_the_rule_keeps_the_order_inside_ops(tmp_path):
+    """Inside ops/ a module imports lower ranks only: the math not the backend, the
+    backend not the mixer, the contracts nothing."""
+    ops = tmp_path / 'mmdinomamba' / 'ops'
+    ops.mkdir(parents=True)
+    (ops / 'ssd.py').write_text('from .backend import ssd_scan\nfrom .spec import X\n')
+    (ops / 'backend.py').write_text('from .ssd import ssd_ref\nfrom .mixer import m\n')
+    (ops / 'spec.py').write_text('import torch\n')
+    assert violations(str(tmp_path / 'mmdinomamba')) == [
+        'mmdinomamba/ops/backend.py:2: ops.backend -> mmdinomamba.ops.mixer',
+        'mmdinomamba/ops/ssd.py:1: ops.ssd -> mmdinomamba.ops.backend']
+
+
+def test_the_circle_check_finds_a_planted_circle(tmp_path):
+    """a -> b -> c -> a through absolute, relative and function-level imports, and a
+    package whose submodule imports the package back, are circles; a chain is not."""
+    pkg = tmp_path / 'mmdinomamba' / 'x'
+    pkg.mkdir(parents=True)
+    (tmp_path / 'mmdinomamba' / '__init__.py').write_text('')
+    (pkg / '__init__.py').write_text('from .a import f\n')
+    (pkg / 'a.py').write_text('from mmdinomamba.x.b import g\n')
+    (pkg / 'b.py').write_text('def g():\n    from . import c\n')
+    (pkg / 'c.py').write_text('from .a import f\nfrom mmdinomamba import x\n')
+    (pkg / 'd.py').write_text('from .a import f\n')  # only into the circle
+    graph = edges(str(tmp_path / 'mmdinomamba'))
+    assert graph['mmdinomamba.x.b'] == {'mmdinomamba.x.c': ('mmdinomamba/x/b.py', 2)}
+    found = circles(graph)
+    assert found == [['mmdinomamba.x', 'mmdinomamba.x.a', 'mmdinomamba.x.b',
+                      'mmdinomamba.x.c']]
+    assert 'mmdinomamba/x/c.py:1: mmdinomamba.x.c -> mmdinomamba.x.a' in \
+        describe(found[0], graph)
+    (pkg / 'c.py').write_text('import torch\n')
+    assert circles(edges(str(tmp_path / 'mmdinomamba'))) == []

@@ -11,7 +11,8 @@ PACKAGES = ['mmpretrain', 'mmseg', 'mmdet']
 
 
 @pytest.mark.parametrize('package', PACKAGES)
-@pytest.mark.parametrize('name', ['SSDMixer', 'DinoVim', 'LinearViT'])
+@pytest.mark.parametrize('name', ['SSDMixer', 'DinoVim', 'LinearViT', 'MLLA',
+                                  'PlainMLLA', 'LinearAttentionMixer'])
 def test_models_registered_everywhere(package, name):
     registry = __import__(f'{package}.registry', fromlist=['MODELS']).MODELS
     cls = registry.get(name)

@@ -1,7 +1,11 @@
 """Evaluate a checkpoint with a config: the usual OpenMMLab entry point.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE] [--no-strict]
                          [--cfg-options k=v ...] [--launcher pytorch]
+
+The checkpoint must fill the model and be finite (``StrictLoadHook``;
+``--no-strict`` allows missing tensors, which keep their initial values), and the
+test data must fit the model (see :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
 import os
@@ -11,8 +15,9 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (allow_mmengine_checkpoint_types, setup_cpu_distributed,
-                                setup_cpu_threads, teardown_distributed)
+from mmdinomamba.engine import (StrictLoadHook, build_checked_loop, check_config_keys,
+                                setup_cpu_distributed, setup_cpu_threads,
+                                teardown_distributed)
 
 
 def parse_args():
@@ -21,6 +26,10 @@ def parse_args():
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the dir to save logs and results')
     parser.add_argument('--out', help='dump the metrics to this JSON/pickle file')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='evaluate a checkpoint that leaves model tensors '
+                        'uninitialised (they keep their initial values; default: '
+                        'refuse, naming them)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings in the config, key=value')
@@ -38,18 +47,21 @@ def main():
     if not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
     cfg = Config.fromfile(args.config)
+    keys = list(cfg.keys())
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
-    allow_mmengine_checkpoint_types()
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)
+    runner.register_hook(StrictLoadHook(strict=not args.no_strict))
+    build_checked_loop(runner, 'test')  # named errors for data that cannot be tested
     metrics = runner.test()
     if args.out:
         from mmdinomamba.engine import dump_atomic

@@ -1,24 +1,29 @@
 """Train a model from a config: the usual OpenMMLab entry point.
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
-                          [--cfg-options k=v ...] [--launcher pytorch]
+                          [--no-strict] [--cfg-options k=v ...] [--launcher pytorch]
 
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
-classes are registered.
+classes are registered. The run holds the work_dir's lock (one run per work_dir),
+a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
+allows missing tensors), and the data is checked before training starts (see
+:mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
 import os
 import os.path as osp
+from contextlib import ExitStack
 
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (allow_mmengine_checkpoint_types,
-                                check_pretrained_checkpoints, check_resume_checkpoint,
-                                find_resume_checkpoint, setup_cpu_distributed,
-                                setup_cpu_threads, teardown_distributed)
+from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
+                                check_config_keys, check_pretrained_checkpoints,
+                                check_resume_checkpoint, find_resume_checkpoint,
+                                setup_cpu_distributed, setup_cpu_threads,
+                                teardown_distributed)
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 # --amp: each optimizer wrapper and its mixed-precision twin
@@ -43,6 +48,10 @@ def parse_args():
                         help='do not evaluate during training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual batch size')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='let a load_from checkpoint leave model tensors '
+                        'uninitialised (they keep their initial values; default: '
+                        'refuse, naming them)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings in the config, key=value (e.g. '
@@ -89,16 +98,28 @@ def merge_args(cfg: Config, args) -> Config:
     return cfg
 
 
+def is_first_process() -> bool:
+    """Rank 0 of the job (read before the process group exists)."""
+    return int(os.environ.get('RANK', os.environ.get('SLURM_PROCID', 0))) == 0
+
+
 def main():
     args = parse_args()
-    cfg = merge_args(Config.fromfile(args.config), args)
+    cfg = Config.fromfile(args.config)
+    keys = list(cfg.keys())
+    cfg = merge_args(cfg, args)
+    check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
     check_pretrained_checkpoints(cfg, CONFIG_ROOT)  # name the command that makes it
-    allow_mmengine_checkpoint_types()
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
-    setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
-    runner = Runner.from_cfg(cfg)
-    runner.train()
-    teardown_distributed()  # every process done, then the group goes
+    with ExitStack() as stack:
+        if is_first_process():
+            stack.enter_context(WorkDirLock(cfg.work_dir))  # one run per work_dir
+        setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
+        runner = Runner.from_cfg(cfg)
+        runner.register_hook(StrictLoadHook(strict=not args.no_strict))
+        build_checked_loop(runner, 'train')  # named errors for data that cannot train
+        runner.train()
+        teardown_distributed()  # every process done, then the group goes
 
 
 if __name__ == '__main__':

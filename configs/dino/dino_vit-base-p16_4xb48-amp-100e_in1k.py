@@ -1,7 +1,9 @@
 # DINO pretraining of ViT-B/16 (mmpretrain's VisionTransformer, softmax
 # attention), the paper's softmax baseline. Paper: linear probe 78.2.
-_base_ = './dino_dinovim-base-p16_4xb48-amp-100e_in1k.py'
-# (the inherited CUDAGraphBlocksHook finds no DinoVim here: ViT runs eagerly)
+_base_ = [
+    '../_base_/models/dino_dinovim-base-p16.py',
+    './_base_/dino_4xb48-amp-100e_in1k.py',
+]
 
 # DinoVim-B's backbone settings (base, 224 px, patch 16, [CLS] output, drop path
 # 0.1) with softmax attention and ViT's initialisation

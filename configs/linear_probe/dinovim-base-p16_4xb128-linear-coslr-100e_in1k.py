@@ -5,7 +5,7 @@ _base_ = [
     '../_base_/models/linear-probe_dinovim-base-p16.py',
     '../_base_/datasets/imagenet_bs128_linear-probe.py',
     '../_base_/schedules/linear-probe_sgd-coslr-100e.py',
-    'mmpretrain::_base_/default_runtime.py',
+    '../_base_/default_runtime.py',
 ]
 
 optim_wrapper = dict(optimizer=dict(weight_decay=0.01))

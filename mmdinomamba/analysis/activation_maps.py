@@ -28,7 +28,10 @@ the prefix tokens. For the SSD mixer M is the bidirectional ``'combined'``
 matrix (the forward one for a unidirectional mixer), M_ij = L_ij (C_i . B_j) dt_j
 averaged over the two directions: the "hidden attention" of a Mamba block. Its
 entries are signed and its rows do not sum to 1; the map keeps them as they are.
-Several readout tokens average their rows.
+Several readout tokens average their rows. MLLA has no readout token: its readout
+is the mean of all tokens (the pooled feature), so its attention map is the mean
+row of each head's attention part ``A_h`` (how much the average token reads from
+each patch), and each block's maps are on its own stage's grid.
 
 In both cases the mean map is the average of the head maps::
 
@@ -59,7 +62,7 @@ from .mixing import mixer_info, mixing_matrices
 Tensor = torch.Tensor
 
 METHODS = ('cosine', 'attention')
-ATTENTION_KINDS = ('softmax', 'linear')
+ATTENTION_KINDS = ('softmax', 'linear', 'mlla')
 
 __all__ = [
     'ATTENTION_KINDS', 'METHODS', 'ActivationMaps', 'activation_maps', 'attention_rows',
@@ -134,15 +137,21 @@ def layer_tokens(backbone: nn.Module, images: Tensor, layers: Sequence[int],
         tuple: dict block index (non-negative) -> (batch, seqlen, dim), and the
         :class:`TokenLayout`.
     """
-    api = _api(backbone)
+    out = _layer_intermediates(_api(backbone), images, layers, feature_source)
+    return out.features, out.layout
+
+
+def _layer_intermediates(api, images: Tensor, layers: Sequence[int],
+                         feature_source: Optional[str] = None):
+    """:func:`layer_tokens` as the backbone's ``Intermediates`` (with the layout of
+    each block: those of a hierarchical backbone's stages differ)."""
     _check_images(images)
     indices = normalise_layers(layers, api.num_layers)
     if feature_source is not None and feature_source not in api.feature_sources:
-        raise ValueError(f'{type(backbone).__name__}: unknown feature_source '
+        raise ValueError(f'{type(api).__name__}: unknown feature_source '
                          f'{feature_source!r}; choose one of {api.feature_sources}')
     with eval_no_grad(api):
-        out = api.forward_intermediates(images, indices, feature_source)
-    return out.features, out.layout
+        return api.forward_intermediates(images, indices, feature_source)
 
 
 def cosine_similarity_maps(readout: Tensor, patches: Tensor, hw: Tuple[int, int],
@@ -222,13 +231,13 @@ def attention_rows(api, images: Tensor, indices: Sequence[int]) -> Dict[int, Ten
 def intermediate_attention_rows(api, out, indices: Sequence[int]) -> Dict[int, Tensor]:
     """:func:`attention_rows` from a forward pass already run: ``out`` is the
     ``forward_intermediates(..., mixer_inputs=True)`` result holding ``indices``."""
-    layout = out.layout
     rows = {}
     for i in indices:
+        layout = out.layout_of(i)
         u = out.mixer_inputs[i]
         mixer = api.token_mixer(i)
-        matrix = mixing_matrices(mixer, u,
-                                 dtype=torch.promote_types(u.dtype, torch.float32))
+        matrix = mixing_matrices(mixer, u, torch.promote_types(u.dtype, torch.float32),
+                                 layout.hw)
         row = matrix[_row_key(mixer)][:, :, layout.readout].mean(dim=2)
         rows[i] = row[..., layout.patches].reshape(*row.shape[:2], *layout.hw)
     return rows
@@ -273,9 +282,10 @@ def layer_activation_maps(backbone: nn.Module,
                              'input: num_heads and feature_source must be None')
         grids = attention_rows(api, images, indices)
     else:
-        tokens, layout = layer_tokens(api, images, indices, feature_source)
+        out = _layer_intermediates(api, images, indices, feature_source)
         grids = {}
-        for i, t in tokens.items():
+        for i, t in out.features.items():
+            layout = out.layout_of(i)
             readout = t[:, layout.readout].mean(dim=1)
             heads = _num_heads(api, i, t.shape[-1], num_heads)
             grids[i] = cosine_similarity_maps(readout, t[:, layout.patches],

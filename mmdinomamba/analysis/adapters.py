@@ -6,12 +6,14 @@ classes it has, nor looks inside a block):
 - ``num_layers`` (int) and ``feature_sources`` (tuple of str);
 - ``forward_intermediates(x, indices, feature_source, mixer_inputs)`` ->
   :class:`~mmdinomamba.models.backbones.Intermediates` (per-block features
-  (batch, seqlen, dim), the :class:`~mmdinomamba.models.backbones.TokenLayout`
-  and, if asked, each block's mixer input);
+  (batch, seqlen, dim), the :class:`~mmdinomamba.models.backbones.TokenLayout`,
+  one per block where the blocks' grids differ (``layout_of(index)``), and, if
+  asked, each block's mixer input);
 - ``token_mixer(index)``: the block's token mixer, which follows the
   mixing-matrix protocol :class:`~mmdinomamba.models.mixers.TokenMixer`.
 
-Our backbones (:class:`~mmdinomamba.models.backbones.PlainBackbone`) have it.
+Our backbones (:class:`~mmdinomamba.models.backbones.PlainBackbone`, and the
+hierarchical :class:`~mmdinomamba.models.backbones.MLLA`) have it.
 mmpretrain's ``VisionTransformer`` gets it from :class:`MMPretrainViT`, and its
 softmax ``MultiheadAttention`` the mixer protocol from :class:`MMPretrainAttention`;
 only these adapters know mmpretrain's structure. :func:`as_backbone` and

@@ -261,9 +261,9 @@ def measure_backbone(backbone: nn.Module,
         x = split.images[start:start + batch_size].to(device)
         # one forward pass: the tokens, and the mixer inputs the attention maps need
         out = _intermediates(api, x, indices, mixer_inputs=attention)
-        layout = out.layout
         grids = {'cosine': {}}
         for i, t in out.features.items():
+            layout = out.layout_of(i)
             readout = t[:, layout.readout].mean(dim=1).float()
             readouts[i].append(readout.cpu())
             if with_maps and 'cosine' in map_methods:
@@ -438,8 +438,12 @@ def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
 
 def _rank_key(kind: str, keys: Sequence[str]) -> str:
     """The matrix a layer is ranked by: the whole bidirectional SSD matrix
-    ('combined') or the attention matrix."""
-    return 'combined' if 'combined' in keys else keys[0]
+    ('combined'), MLLA's whole matrix ('whole', attention plus local terms) or
+    the attention matrix."""
+    for whole in ('combined', 'whole'):
+        if whole in keys:
+            return whole
+    return keys[0]
 
 
 def rank_by_layer(backbone: nn.Module, images: Tensor, chunk: int,
@@ -680,7 +684,7 @@ def measure_maps(backbone: nn.Module, images: Tensor,
         maps = activation_maps(backbone, images, last, 'attention').mean
         return maps.float().cpu().numpy()
     out = _intermediates(api, images, [last])
-    t, layout = out.features[last].float(), out.layout
+    t, layout = out.features[last].float(), out.layout_of(last)
     readout = t[:, layout.readout].mean(dim=1)
     grid = cosine_similarity_maps(readout, t[:, layout.patches], layout.hw,
                                   _num_heads(api, last, t.shape[-1]))

@@ -35,7 +35,7 @@ MAP_WORDS = {
     'cosine': 'the cosine map of the readout token against every patch',
     'attention': "the readout's row of the mixing matrix at the patches (softmax "
                  'and linear attention: the attention map; SSD: the bidirectional '
-                 "'combined' matrix)",
+                 "'combined' matrix; MLLA: the mean row of its attention part)",
 }
 
 

@@ -7,7 +7,10 @@ The pipeline is the config's ``test_dataloader.dataset.pipeline`` (else
 :func:`default_pipeline` (shorter side resized to ``size``, bicubic, centre crop)
 and :data:`DEFAULT_PREPROCESSOR` (ImageNet mean and std on the 0-255 scale, BGR
 to RGB). In-memory images (the toy generator's) skip the pipeline's file-loading
-step. Needs mmcv and mmpretrain (the transforms).
+step. A self-supervised config's multi-view preprocessor (DINO's
+``SelfSupDataPreprocessor``, which returns a list of views) becomes the
+single-image ``ImgDataPreprocessor`` with the same mean, std and channel order.
+Needs mmcv and mmpretrain (the transforms).
 """
 import os
 import os.path as osp
@@ -26,6 +29,8 @@ DEFAULT_PREPROCESSOR = dict(type='ImgDataPreprocessor',
                             std=[58.395, 57.12, 57.375], bgr_to_rgb=True)
 LOADING_TRANSFORMS = ('LoadImageFromFile', 'mmpretrain.LoadImageFromFile',
                       'mmcv.LoadImageFromFile')
+MULTI_VIEW_PREPROCESSORS = ('SelfSupDataPreprocessor',
+                            'mmpretrain.SelfSupDataPreprocessor')
 
 __all__ = ['DEFAULT_PREPROCESSOR', 'IMAGE_EXTENSIONS', 'ImagePipeline',
            'default_pipeline', 'folder_images', 'image_paths', 'toy_images']
@@ -41,6 +46,16 @@ def default_pipeline(size: int) -> List[dict]:
         dict(type='CenterCrop', crop_size=size),
         dict(type='PackInputs'),
     ]
+
+
+def single_view_preprocessor(pre: dict) -> dict:
+    """``pre`` itself, or for a multi-view (self-supervised) preprocessor the
+    single-image ``ImgDataPreprocessor`` that normalises alike."""
+    if pre.get('type') not in MULTI_VIEW_PREPROCESSORS:
+        return pre
+    return dict(type='ImgDataPreprocessor', mean=pre.get('mean'), std=pre.get('std'),
+                bgr_to_rgb=bool(pre.get('to_rgb') or pre.get('bgr_to_rgb')),
+                rgb_to_bgr=bool(pre.get('rgb_to_bgr')))
 
 
 def _config_pipeline(cfg: Config) -> Optional[list]:
@@ -72,7 +87,7 @@ class ImagePipeline:
         model = cfg.get('model') or {}
         pre = model.get('data_preprocessor') or cfg.get('data_preprocessor') or \
             DEFAULT_PREPROCESSOR
-        self.preprocessor = MODELS.build(dict(pre))
+        self.preprocessor = MODELS.build(single_view_preprocessor(dict(pre)))
 
     def _batch(self, samples: List[dict]) -> Tensor:
         from mmengine.dataset import pseudo_collate

@@ -1,11 +1,11 @@
 """Materialise the token-mixing matrix ``M`` (``Y = M X``) of a backbone layer.
 
-Three kinds of token mixer (see :data:`MIXER_KINDS`); each says what it is
+Four kinds of token mixer (see :data:`MIXER_KINDS`); each says what it is
 through the mixing-matrix protocol (:class:`~mmdinomamba.models.mixers.TokenMixer`,
 mmpretrain's attention through :class:`~.adapters.MMPretrainAttention`):
 
 =========  ======================================  ==========================================
-kind       mixer                                   M, per head (batch, nheads, seqlen, seqlen)
+kind       mixer                                   M (batch, nheads, seqlen, seqlen)
 =========  ======================================  ==========================================
 softmax    mmpretrain ``MultiheadAttention``       ``softmax(Q K^T * s)``, s = its logit scale
 linear     :class:`~mmdinomamba.models.mixers.LinearAttention`
@@ -13,6 +13,11 @@ linear     :class:`~mmdinomamba.models.mixers.LinearAttention`
                                                    over the head channels
 ssd        :class:`~mmdinomamba.models.mixers.SSDMixer`
                                                    ``M_ij = L_ij (C_i . B_j) dt_j + D delta_ij``
+mlla       :class:`~mmdinomamba.models.mixers.LinearAttentionMixer`
+                                                   'attention', per head:
+                                                   ``A_h = D_z Q_r K_r^T / N``;
+                                                   'whole', per channel (batch, dim, ...):
+                                                   ``A_h diag(Delta_c) + P_c + D_c I``
 =========  ======================================  ==========================================
 
 What ``M X`` reproduces, the token-mixing output before gating, normalisation
@@ -44,9 +49,17 @@ and the output projection (``X`` from :func:`mixing_values`):
   norms and with one shared conv. It is the "bidirectional attention" view of
   Vim-style models; its blocks below the diagonal come from ``M_f`` alone and
   those above from ``M_b`` alone.
+* mlla (MLLA's linear attention on a token grid; ``hw`` needed): 'attention'
+  acts on the (gated) values per head, ``A_h G_h`` being the attention term;
+  'whole' acts on each channel's values ``V_c`` (batch, dim, seqlen, 1), and
+  ``M^(c) V_c`` plus the LePE bias is the mixer's output (before the block's
+  gate and output projection). ``P_c`` is the LePE stencil, ``D`` the shortcut,
+  ``Delta`` the input gate (see
+  :mod:`mmdinomamba.models.mixers.linear_attention_mixer`).
 """
 import copy
-from typing import Dict, Sequence
+import dataclasses
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -58,14 +71,16 @@ from .adapters import (as_backbone, as_mixer, eval_no_grad, is_mixer, normalise_
 Tensor = torch.Tensor
 
 __all__ = [
-    'MIXER_KINDS', 'MixerInfo', 'capture_mixer_inputs', 'find_mixer', 'mixer_info',
+    'MIXER_KINDS', 'MixerCall', 'MixerInfo', 'capture_mixer_calls',
+    'capture_mixer_inputs', 'find_mixer', 'mixer_info',
     'mixer_kind', 'mixing_matrices', 'mixing_values', 'normalise_layers',
     'num_layers', 'softmax_attention_matrix', 'softmax_logit_scale', 'ssd_decay_masks'
 ]
 
 
 def mixer_kind(module: nn.Module):
-    """'ssd', 'linear', 'softmax' or None when ``module`` is not a known mixer."""
+    """'ssd', 'linear', 'softmax', 'mlla' or None when ``module`` is not a known
+    mixer."""
     return as_mixer(module).mixing_info().kind if is_mixer(module) else None
 
 
@@ -77,7 +92,7 @@ def mixer_info(mixer: nn.Module) -> MixerInfo:
     """
     info = as_mixer(mixer).mixing_info()
     if {'forward', 'backward'} <= set(info.keys):
-        return MixerInfo(info.kind, info.nheads, info.d_qk, info.keys + ('combined', ))
+        return dataclasses.replace(info, keys=info.keys + ('combined', ))
     return info
 
 
@@ -94,33 +109,58 @@ def find_mixer(layer: nn.Module) -> nn.Module:
     raise ValueError(f'no known token mixer inside {type(layer).__name__}')
 
 
+class MixerCall(NamedTuple):
+    """What a token mixer was called with: its input and its token grid.
+
+    Attributes:
+        u (Tensor): (batch, seqlen, dim), the mixer's input.
+        hw (tuple): the (height, width) grid of the block's tokens (the patch
+            grid of a plain backbone, whose sequence may also hold readout
+            tokens; the stage's grid of a hierarchical one).
+    """
+    u: Tensor
+    hw: Tuple[int, int]
+
+
 @torch.no_grad()
-def capture_mixer_inputs(backbone: nn.Module, images: Tensor,
-                         layers: Sequence[int]) -> Dict[int, Tensor]:
-    """The input of the token mixer of each requested layer.
+def capture_mixer_calls(backbone: nn.Module, images: Tensor,
+                        layers: Sequence[int]) -> Dict[int, MixerCall]:
+    """The input and the token grid of the token mixer of each requested layer.
 
     Runs the backbone's ``forward_intermediates`` in eval mode, which stops after
     the last requested block (``out_indices`` play no part).
 
     Args:
-        backbone (nn.Module): DinoVim, LinearViT or mmpretrain VisionTransformer.
+        backbone (nn.Module): a supported backbone (:mod:`.adapters`).
         images (Tensor): (batch, 3, height, width), normalised.
         layers (Sequence[int]): block indices (negative from the end).
 
     Returns:
-        dict: layer index -> (batch, seqlen, dim), the normed tokens the mixer
-        reads (the mixer's own input).
+        dict: layer index -> :class:`MixerCall` (the normed tokens the mixer
+        reads, and their grid).
     """
     api = as_backbone(backbone)
     indices = normalise_layers(layers, api.num_layers)
     with eval_no_grad(api):
-        captured = api.forward_intermediates(images, indices, mixer_inputs=True
-                                             ).mixer_inputs
-    missing = [i for i in indices if i not in captured]
+        out = api.forward_intermediates(images, indices, mixer_inputs=True)
+    missing = [i for i in indices if i not in out.mixer_inputs]
     if missing:
         raise RuntimeError(f'the forward pass never reached the mixers of layers '
                            f'{missing}')
-    return {i: captured[i].detach() for i in indices}
+    return {i: MixerCall(out.mixer_inputs[i].detach(), tuple(out.layout_of(i).hw))
+            for i in indices}
+
+
+def capture_mixer_inputs(backbone: nn.Module, images: Tensor,
+                         layers: Sequence[int]) -> Dict[int, Tensor]:
+    """The input of the token mixer of each requested layer
+    (:func:`capture_mixer_calls` without the grids).
+
+    Returns:
+        dict: layer index -> (batch, seqlen, dim).
+    """
+    return {i: call.u for i, call in capture_mixer_calls(backbone, images,
+                                                         layers).items()}
 
 
 def _in_dtype(mixer: nn.Module, u: Tensor, dtype: torch.dtype):
@@ -141,47 +181,66 @@ def softmax_logit_scale(attn: nn.Module) -> float:
     return as_mixer(attn).logit_scale()
 
 
+def _grid_args(info: MixerInfo, hw: Optional[Tuple[int, int]]) -> tuple:
+    """The extra arguments of a grid mixer's protocol methods."""
+    if not info.grid:
+        return ()
+    if hw is None:
+        raise ValueError(f"a '{info.kind}' mixer works on a token grid: pass hw="
+                         '(height, width) (capture_mixer_calls gives it)')
+    return (tuple(hw), )
+
+
 @torch.no_grad()
 def mixing_matrices(mixer: nn.Module, u: Tensor,
-                    dtype: torch.dtype = torch.float64) -> Dict[str, Tensor]:
+                    dtype: torch.dtype = torch.float64,
+                    hw: Optional[Tuple[int, int]] = None) -> Dict[str, Tensor]:
     """The token-mixing matrices of one mixer on its input ``u``.
 
     Args:
-        mixer (nn.Module): SSDMixer, LinearAttention or mmpretrain MultiheadAttention.
+        mixer (nn.Module): a known mixer (SSDMixer, LinearAttention,
+            LinearAttentionMixer, mmpretrain MultiheadAttention).
         u (Tensor): (batch, seqlen, dim), the mixer's input.
         dtype (torch.dtype): compute dtype (mixer and input are cast to it).
             Defaults to float64.
+        hw (tuple, optional): the token grid, needed by grid mixers
+            (``mixer_info(mixer).grid``).
 
     Returns:
-        dict: key -> (batch, nheads, seqlen, seqlen); keys are
+        dict: key -> (batch, nheads, seqlen, seqlen) (per channel for
+        'whole': (batch, dim, seqlen, seqlen)); keys are
         ``mixer_info(mixer).keys`` (see the module docstring for their meaning).
     """
-    keys = mixer_info(mixer).keys
+    info = mixer_info(mixer)
+    grid = _grid_args(info, hw)
     mixer, u = _in_dtype(mixer, u, dtype)
-    mats = dict(mixer.mixing_matrices(u))
-    if 'combined' in keys:
+    mats = dict(mixer.mixing_matrices(u, *grid))
+    if 'combined' in info.keys:
         mats['combined'] = (mats['forward'] + mats['backward']) / 2
     return mats
 
 
 @torch.no_grad()
 def mixing_values(mixer: nn.Module, u: Tensor,
-                  dtype: torch.dtype = torch.float64) -> Dict[str, Tensor]:
-    """The ``X`` that each per-head matrix acts on (not defined for 'combined').
+                  dtype: torch.dtype = torch.float64,
+                  hw: Optional[Tuple[int, int]] = None) -> Dict[str, Tensor]:
+    """The ``X`` that each matrix acts on (not defined for 'combined').
 
     Args:
         mixer (nn.Module): a known mixer.
         u (Tensor): (batch, seqlen, dim).
         dtype (torch.dtype): Defaults to float64.
+        hw (tuple, optional): the token grid of a grid mixer.
 
     Returns:
         dict: key -> (batch, nheads, seqlen, headdim): the value projection
-        ('attention') or the direction's conv output ``x_d`` in sequence order
-        ('forward', 'backward').
+        ('attention'), the direction's conv output ``x_d`` in sequence order
+        ('forward', 'backward'), or each channel's values (batch, dim, seqlen, 1)
+        ('whole').
     """
-    mixer_info(mixer)
+    grid = _grid_args(mixer_info(mixer), hw)
     mixer, u = _in_dtype(mixer, u, dtype)
-    return dict(mixer.mixing_values(u))
+    return dict(mixer.mixing_values(u, *grid))
 
 
 @torch.no_grad()

@@ -19,21 +19,32 @@ __all__ = ['format_table', 'plot_rank_vs_layer', 'plot_spectra', 'write_report']
 
 
 def format_table(summary: List[dict]) -> str:
-    """A Markdown table of the summary (one row per layer and matrix)."""
+    """A Markdown table of the summary (one row per layer and matrix).
+
+    ``near / far`` are the largest ranks of the off-diagonal blocks within and
+    beyond the reach of a local stencil, with their bounds (MLLA's mixer only).
+    """
     head = ('| layer | matrix | heads | L | rank mean [min, max] | eff. rank | '
-            'diag deficit | off-diag max (mean) | bound: algebra | bound: paper |')
+            'diag deficit | off-diag max (mean) | bound: algebra | bound: paper | '
+            'near / far (bounds) |')
     lines = [head, '|' + '---|' * (head.count('|') - 1)]
     for s in summary:
         name = s['key'] if s['key'] != 'attention' else s['kind']
         paper = s['offdiag_bound_paper']
         if s['kind'] == 'ssd':
             paper = f'{paper} = {s["mask_rank_max"]} x {s["d_qk"]}'
+        near_far = '-'
+        if s.get('near_offdiag_bound') is not None:
+            near, far = (s[f'{side}_offdiag_rank_max'] for side in ('near', 'far'))
+            near_far = (f"{'-' if near is None else near} / "
+                        f"{'-' if far is None else far} "
+                        f"({s['near_offdiag_bound']} / {s['far_offdiag_bound']})")
         lines.append(
             f"| {s['layer']} | {name} | {s['nheads']} | {s['seqlen']} | "
             f"{s['rank_mean']:.1f} [{s['rank_min']}, {s['rank_max']}] | "
             f"{s['effective_rank_mean']:.1f} | {s['diag_rank_deficit_max']} | "
             f"{s['offdiag_rank_max']} ({s['offdiag_rank_mean']:.1f}) | "
-            f"{s['offdiag_bound_algebra']} | {paper} |")
+            f"{s['offdiag_bound_algebra']} | {paper} | {near_far} |")
     return '\n'.join(lines)
 
 
@@ -113,7 +124,7 @@ def plot_rank_vs_layer(report: RankReport, path: str, title: str = '') -> None:
     from matplotlib.ticker import MaxNLocator
     keys = list(dict.fromkeys(s['key'] for s in report.summary))
     fig, (ax_g, ax_o) = plt.subplots(1, 2, figsize=(10.5, 4))
-    seqlen = report.summary[0]['seqlen']
+    seqlen = max(s['seqlen'] for s in report.summary)
     top_o, notes = 1, []
     for colour, key in zip(('C0', 'C1', 'C2', 'C3'), keys):
         rows = [s for s in report.summary if s['key'] == key]
@@ -127,14 +138,22 @@ def plot_rank_vs_layer(report: RankReport, path: str, title: str = '') -> None:
                   label=f'{name}: max')
         ax_o.plot(x, [s['offdiag_rank_mean'] for s in rows], 's--', color=colour,
                   mfc='none', label=f'{name}: mean')
-        algebra = rows[0]['offdiag_bound_algebra']
-        ax_o.axhline(algebra, color=colour, ls=':', lw=1.2,
-                     label=f'{name}: bound {algebra}')
+        bounds = [s['offdiag_bound_algebra'] for s in rows]
+        algebra = max(bounds)
+        if len(set(bounds)) == 1:
+            ax_o.axhline(algebra, color=colour, ls=':', lw=1.2,
+                         label=f'{name}: bound {algebra}')
+        else:  # per layer (the stages of a hierarchical backbone)
+            ax_o.plot(x, bounds, ':', color=colour, lw=1.2, label=f'{name}: bound')
         paper = max(s['offdiag_bound_paper'] for s in rows)
         if paper != algebra:
             notes.append((rows[0]['kind'], paper))
         top_o = max(top_o, algebra, max(s['offdiag_rank_max'] for s in rows))
-    ax_g.axhline(seqlen, color='k', ls=':', lw=1, label=f'L = {seqlen}')
+    lengths = {s['layer']: s['seqlen'] for s in report.summary}
+    if len(set(lengths.values())) == 1:
+        ax_g.axhline(seqlen, color='k', ls=':', lw=1, label=f'L = {seqlen}')
+    else:  # stages of a hierarchical backbone
+        ax_g.plot(list(lengths), list(lengths.values()), 'k:', lw=1, label='L')
     ax_g.set_ylim(0, seqlen * 1.08)
     ax_o.set_ylim(0, top_o * 1.25)
     ax_g.set_title('whole matrix (mean over heads, images)', fontsize=10)

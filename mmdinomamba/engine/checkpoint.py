@@ -1,45 +1,287 @@
-"""Checkpoint helpers: safe resume under torch >= 2.6, and atomic writes.
+"""Checkpoint safety: what a checkpoint may hold, named refusals, atomic writes.
 
-torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10's
-checkpoints hold a few of its own objects (the message hub's ``HistoryBuffer``)
-and numpy values, so ``Runner(resume=True)`` fails with "Weights only load
-failed". Instead of switching the safety off, :func:`allow_mmengine_checkpoint_types`
-allow-lists exactly those types.
+**No file executes code.** Every checkpoint is read with
+``torch.load(weights_only=True)``: tensors, containers, numbers and strings are
+built, and nothing else is built or called unless it is allow-listed. mmengine 0.10's
+checkpoints also hold its message hub's ``HistoryBuffer`` and numpy values, so
+:func:`allow_mmengine_checkpoint_types` (run by ``import mmdinomamba``) admits
+exactly these, data only:
+
+- numpy arrays, dtypes and scalars;
+- ``HistoryBuffer``, through a stand-in whose state check admits a length, two
+  numeric arrays and the built-in statistics, nothing else;
+- ``builtins.getattr``, which pickle writes for ``getattr(HistoryBuffer, 'mean')``,
+  through a stand-in that resolves only HistoryBuffer's statistics ``min``,
+  ``max``, ``current`` and ``mean``. Plain ``getattr`` would let a file reach any
+  attribute of anything it holds, ``eval`` included (``getattr.__self__`` is the
+  ``builtins`` module), and store a bound ``dict.get`` as a ``HistoryBuffer``'s
+  ``__reduce_ex__``, which a later ``copy.deepcopy`` (mmengine's resume does one)
+  calls.
+
+With them registered, upstream loaders (mmengine's ``load_checkpoint``,
+``mmpretrain.get_model(pretrained=...)``, the inferencers) keep
+``weights_only=True`` and read the checkpoints ``tools/train.py`` writes.
+:func:`load_checkpoint_file` is the loader of local files for mmengine's
+``CheckpointLoader`` (``--resume``, ``load_from``, ``init_cfg``, ``tools/test.py``):
+a missing, empty or refused file fails naming the file, and an official
+Dino-Mamba file gets the command that converts it.
+:func:`load_official_checkpoint` reads the official releases, whose files also
+hold an ``argparse.Namespace`` (DINO) or a yacs ``CfgNode`` (MLLA): those become
+plain dicts, anything else is refused naming the file and the global.
+
+**Atomic writes.** :func:`write_atomic` writes a temporary file next to the
+target, fsyncs it and renames it over the target, so a reader sees the old
+content or the new one, never a part; a failed write names the file and the free
+space left.
 """
 import json
 import os
 import os.path as osp
 import pickle
+import re
+import shutil
 import tempfile
-from typing import Any, Callable, List, Optional
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
+from mmengine.logging.history_buffer import HistoryBuffer
+
+# the statistics HistoryBuffer registers for itself (its _set_default_statistics)
+HISTORY_BUFFER_STATISTICS = ('min', 'max', 'current', 'mean')
+# what HistoryBuffer.__getstate__ returns
+_HISTORY_BUFFER_STATE = {'max_length', '_log_history', '_count_history',
+                         'statistics_methods'}
+CONVERTER = 'tools/model_converters/dinomamba2mmdinomamba.py'
 
 
-def _checkpoint_types() -> List[Any]:
-    from mmengine.logging.history_buffer import HistoryBuffer
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint refused because it holds more than data; the message names the
+    file and what it holds."""
+
+
+def _refuse(reason: str):
+    raise pickle.UnpicklingError(f'refused: {reason}')
+
+
+def _short(obj: Any) -> str:
+    """``repr(obj)`` cut to 80 characters; the stand-ins under their pickled names."""
+    if obj is _history_buffer_statistic:
+        return 'builtins.getattr'
+    if obj is _CheckedHistoryBuffer:
+        return 'HistoryBuffer'
+    text = repr(obj)
+    return text if len(text) <= 80 else text[:77] + '...'
+
+
+class _CheckedHistoryBuffer(HistoryBuffer):
+    """``HistoryBuffer`` as the weights-only unpickler builds it: the state is
+    checked, then the object becomes a plain ``HistoryBuffer``."""
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict):
+            _refuse(f'a HistoryBuffer state must be a dict, got {type(state).__name__}')
+        extra = sorted(map(str, set(state) - _HISTORY_BUFFER_STATE))
+        if extra:
+            _refuse(f'a HistoryBuffer state sets {extra}; it may only hold '
+                    f'{sorted(_HISTORY_BUFFER_STATE)}')
+        if not isinstance(state.get('max_length', 0), int):
+            _refuse('HistoryBuffer.max_length must be an int')
+        for name in ('_log_history', '_count_history'):
+            value = state.get(name)
+            if value is not None and not (isinstance(value, np.ndarray)
+                                          and value.dtype.kind in 'biuf'):
+                _refuse(f'HistoryBuffer.{name} must be a numeric numpy array, got '
+                        f'{_short(value)}')
+        methods = state.get('statistics_methods', {})
+        if not isinstance(methods, dict):
+            _refuse('HistoryBuffer statistics must be a dict')
+        for name, method in methods.items():
+            known = getattr(HistoryBuffer, name) if name in HISTORY_BUFFER_STATISTICS \
+                else HistoryBuffer._statistics_methods.get(name)
+            if method is not known:
+                _refuse(f'HistoryBuffer statistic {name!r} is {_short(method)}, not '
+                        "HistoryBuffer's own")
+        self.__class__ = HistoryBuffer
+        HistoryBuffer.__setstate__(self, state)
+
+
+def _history_buffer_statistic(owner: Any, name: Any):
+    """``builtins.getattr`` for the weights-only unpickler: only
+    ``getattr(HistoryBuffer, s)`` for ``s`` in :data:`HISTORY_BUFFER_STATISTICS`."""
+    if owner in (HistoryBuffer, _CheckedHistoryBuffer) \
+            and name in HISTORY_BUFFER_STATISTICS:
+        return getattr(HistoryBuffer, name)
+    _refuse(f'getattr({_short(owner)}, {_short(name)}): a checkpoint may only look '
+            f'up HistoryBuffer.{{{",".join(HISTORY_BUFFER_STATISTICS)}}}')
+
+
+def _numpy_types() -> List[Any]:
+    """numpy arrays, dtypes and scalars, under numpy 2's and numpy 1's names."""
     core = np._core if hasattr(np, '_core') else np.core  # numpy 2 renamed it
-    types = [HistoryBuffer, np.ndarray, np.dtype, core.multiarray._reconstruct,
-             core.multiarray.scalar]
-    # A HistoryBuffer pickles its `statistics_methods` as getattr(HistoryBuffer,
-    # 'mean') etc. The weights-only unpickler only calls allow-listed callables, so
-    # allowing getattr lets it look attributes up, not call them.
-    types.append(getattr)
-    # numpy scalars and their dtype classes (np.dtypes exists from numpy 1.25)
-    for name in ('float64', 'float32', 'float16', 'int64', 'int32', 'bool_'):
+    types = [np.ndarray, np.dtype, core.multiarray._reconstruct, core.multiarray.scalar,
+             (core.multiarray._reconstruct, 'numpy.core.multiarray._reconstruct'),
+             (core.multiarray.scalar, 'numpy.core.multiarray.scalar')]
+    for name in ('float64', 'float32', 'float16', 'int64', 'int32', 'int16', 'int8',
+                 'uint64', 'uint32', 'uint16', 'uint8', 'bool_'):
         scalar = getattr(np, name)
         types.append(scalar)
-        if hasattr(np, 'dtypes'):
+        if hasattr(np, 'dtypes'):  # the dtype classes, numpy >= 1.25
             types.append(type(np.dtype(scalar)))
     return types
 
 
+def checkpoint_safe_globals() -> List[Any]:
+    """The allow-list of :func:`allow_mmengine_checkpoint_types` (see the module
+    docstring), as ``torch.serialization.add_safe_globals`` takes it."""
+    return _numpy_types() + [
+        (_CheckedHistoryBuffer, 'mmengine.logging.history_buffer.HistoryBuffer'),
+        (_history_buffer_statistic, 'builtins.getattr')]
+
+
 def allow_mmengine_checkpoint_types() -> None:
-    """Allow-list mmengine's checkpoint types for ``torch.load(weights_only=True)``."""
-    add = getattr(torch.serialization, 'add_safe_globals', None)
-    if add is not None:  # torch < 2.4 loads everything anyway
-        add(_checkpoint_types())
+    """Allow-list mmengine's checkpoint types for ``torch.load(weights_only=True)``
+    and make :func:`load_checkpoint_file` mmengine's loader of local files.
+
+    Run by ``import mmdinomamba``; idempotent.
+    """
+    torch.serialization.add_safe_globals(checkpoint_safe_globals())
+    from mmengine.runner import CheckpointLoader
+    CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_file,
+                                     force=True)
+
+
+class InertRecord(dict):
+    """An object of an official checkpoint kept as plain data (e.g. the
+    ``argparse.Namespace`` of the official DINO code): its attributes become the
+    dict's items, also readable as attributes."""
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict):
+            _refuse(f'an official record must have a dict state, got '
+                    f'{type(state).__name__}')
+        self.update(state)
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+# the non-tensor globals official releases hold, and the data they become
+OFFICIAL_STAND_INS: Dict[str, Any] = {
+    'argparse.Namespace': InertRecord,  # official DINO / Dino-Mamba: `args`
+    'yacs.config.CfgNode': OrderedDict,  # official MLLA (Swin-style): `config`
+}
+# the converter of each official format, named when such a file is loaded unconverted
+OFFICIAL_CONVERTERS = {
+    'argparse.Namespace': CONVERTER,
+    'yacs.config.CfgNode': 'tools/model_converters/mlla2mmdinomamba.py',
+}
+_GLOBAL = re.compile(r'GLOBAL (\S+) (?:was not an allowed global|whose module)')
+
+
+def _check_file(path: str) -> None:
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'checkpoint {path} can not be found (no such file)')
+    if osp.getsize(path) == 0:
+        raise ValueError(f'checkpoint {path} is empty (0 bytes): an interrupted write '
+                         'or download? Write or download it again')
+
+
+def _refusal(path: str, message: str) -> str:
+    """The message of a refused load: the file, what it holds, what to do."""
+    found = _GLOBAL.search(message)
+    reason = re.search(r'refused: (.*)', message)
+    if found:
+        what = (f'it holds {found.group(1)}, which is not data (a checkpoint may '
+                'hold tensors, containers, numbers, strings, numpy values and '
+                "mmengine's logging buffers)")
+    elif reason:
+        what = reason.group(1)
+    else:
+        what = message.strip().splitlines()[-1]
+    text = (f'refusing to load {path}: {what}. Checkpoints are read with '
+            'torch.load(weights_only=True), which never runs code from the file')
+    converter = OFFICIAL_CONVERTERS.get(found.group(1)) if found else None
+    if converter:
+        text += (f'. This looks like an official release: convert it first:\n'
+                 f'    python {converter} {path} OUT.pth\nand load OUT.pth')
+    return text
+
+
+def _torch_load(path: str, map_location):
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnsafeCheckpointError(_refusal(path, str(err))) from None
+    except (EOFError, RuntimeError) as err:
+        raise ValueError(f'cannot read checkpoint {path}: {err} (truncated by an '
+                         'interrupted write or download, or not a torch.save file?)'
+                         ) from err
+
+
+def load_checkpoint_file(filename: str, map_location=None):
+    """``torch.load(filename, weights_only=True)`` with errors that name the file.
+
+    mmengine's loader of local paths once mmdinomamba is imported (see
+    :func:`allow_mmengine_checkpoint_types`).
+
+    Args:
+        filename (str): a local checkpoint (``~`` is expanded).
+        map_location: as for ``torch.load``. Defaults to None.
+
+    Returns:
+        The loaded object.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is empty, truncated or not a checkpoint.
+        UnsafeCheckpointError: the file holds objects that are not data; the
+            message names them (and the converter of an official release).
+    """
+    path = osp.expanduser(filename)
+    _check_file(path)
+    return _torch_load(path, map_location)
+
+
+def load_official_checkpoint(path: str, map_location='cpu') -> Any:
+    """Read an official release (Dino-Mamba, DINO, MLLA) without unpickling objects.
+
+    ``torch.load(weights_only=True)`` with :data:`OFFICIAL_STAND_INS`: an
+    ``argparse.Namespace`` becomes an :class:`InertRecord` (a dict), a yacs
+    ``CfgNode`` an ``OrderedDict``; nothing of the original class runs. Any other
+    global is refused before anything is built.
+
+    Args:
+        path (str): the official file.
+        map_location: as for ``torch.load``. Defaults to 'cpu'.
+
+    Returns:
+        The loaded object (for the official releases, a dict).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is empty, truncated or not a checkpoint.
+        UnsafeCheckpointError: the file holds other globals; the message names
+            the file and every such global.
+    """
+    _check_file(path)
+    stand_ins = [(obj, name) for name, obj in OFFICIAL_STAND_INS.items()]
+    with torch.serialization.safe_globals(stand_ins):
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except (ValueError, pickle.UnpicklingError):
+            unsafe = []  # not a zip checkpoint: the load below refuses by itself
+        if unsafe:
+            raise UnsafeCheckpointError(
+                f'refusing to load {path}: it holds {", ".join(sorted(unsafe))}, '
+                'which are not data; an official checkpoint holds tensors, '
+                'containers, numbers, strings and at most '
+                f'{" / ".join(OFFICIAL_STAND_INS)}')
+        return _torch_load(path, map_location)
 
 
 def _fsync(path: str) -> None:
@@ -51,13 +293,23 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _free_space(directory: str) -> str:
+    try:
+        return f'{shutil.disk_usage(directory).free / 2**20:.1f} MiB'
+    except OSError:
+        return 'unknown space'
+
+
 def write_atomic(path: str, write: Callable[[str], None], prefix: str = '.tmp-') -> None:
     """Call ``write(temp_path)`` on a temporary file next to ``path``, then rename.
 
     The temporary file is fsynced before the rename and the directory after it,
     so neither a crash nor a power loss leaves a half-written file at ``path``:
     it holds the old content or the new one. The file gets the usual permissions
-    (``0o666`` less the umask), not the private mode of ``mkstemp``.
+    (``0o666`` less the umask), not the private mode of ``mkstemp``. A failed
+    write removes the temporary file and raises the same error type with a
+    message that names ``path`` and the free space left on its file system (a
+    full disk makes ``torch.save`` fail with "unexpected pos ...").
 
     Args:
         path (str): the file to write.
@@ -71,11 +323,18 @@ def write_atomic(path: str, write: Callable[[str], None], prefix: str = '.tmp-')
                                suffix=osp.splitext(path)[1])
     os.close(fd)
     try:
-        write(tmp)
+        try:
+            write(tmp)
+            _fsync(tmp)
+        except (OSError, RuntimeError) as err:
+            message = (f'writing {path} failed: {err} ({_free_space(directory)} free '
+                       'on its file system; a full disk fails this way: free some '
+                       'space or write elsewhere)')
+            raise (OSError(err.errno, message) if isinstance(err, OSError)
+                   and err.errno else type(err)(message)) from err
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        _fsync(tmp)
         os.replace(tmp, path)
         _fsync(directory)
     except BaseException:

@@ -8,9 +8,14 @@ the wrapper's arguments from ``model_wrapper_cfg``, so both are set up here.
 torch's DDP also refuses SyncBN layers in CPU modules ("SyncBatchNorm layers only
 work with GPU modules"; mmseg's heads and ``Feature2Pyramid`` use them), so the
 wrapper here turns them into BN first: each process then normalises with its own
-batch statistics, as mmengine does on one device.
+batch statistics, as mmengine does on one device. Such a layer then needs more
+than one value per channel in each process (BN after a global pooling, e.g.
+UperNet's pyramid pooling, sees one per image): with one image per process it
+fails with an error naming the layer and the fix, not PyTorch's bare "Expected
+more than 1 value per channel".
 """
 import os
+from typing import List
 
 import torch
 import torch.distributed as torch_dist
@@ -71,8 +76,33 @@ def teardown_distributed() -> None:
         torch_dist.destroy_process_group()
 
 
+def require_batch_statistics(module: nn.Module, names: List[str]) -> None:
+    """Make the BN layers ``names`` of ``module`` refuse, naming themselves and the
+    fix, a training batch with one value per channel.
+
+    Args:
+        module (nn.Module): the model.
+        names (list[str]): dotted names of its BatchNorm layers (the SyncBN layers
+            that :class:`CPUDistributedDataParallel` turned into BN).
+    """
+    for name in names:
+        def check(layer, args, name=name):
+            x = args[0]
+            if layer.training and x.dim() >= 2 and x.numel() // x.shape[1] <= 1:
+                raise ValueError(
+                    f'{name}: BatchNorm (SyncBN on GPUs, per-process BN on the CPU) '
+                    f'got one value per channel (input {tuple(x.shape)}): with '
+                    'SyncBN on the CPU, every process needs at least 2 images per '
+                    'batch here. Set train_dataloader.batch_size >= 2 (it is per '
+                    'process), or train on GPUs')
+        module.get_submodule(name).register_forward_pre_hook(check)
+
+
 class CPUDistributedDataParallel(MMDistributedDataParallel):
     """mmengine's DDP wrapper for CPU modules: SyncBN layers become BN first.
+
+    The converted layers refuse a batch of one value per channel with a clear
+    error (:func:`require_batch_statistics`).
 
     Args:
         module (nn.Module): the model; its SyncBN layers are replaced (logged).
@@ -80,9 +110,11 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
     """
 
     def __init__(self, module: nn.Module, **kwargs):
-        count = sum(isinstance(m, nn.SyncBatchNorm) for m in module.modules())
-        if count:
+        names = [name for name, m in module.named_modules()
+                 if isinstance(m, nn.SyncBatchNorm)]
+        if names:
             module = revert_sync_batchnorm(module)
-            print_log(f'no CUDA: {count} SyncBN layers -> BN (each process uses its '
-                      f'own batch statistics)', logger='current')
+            require_batch_statistics(module, names)
+            print_log(f'no CUDA: {len(names)} SyncBN layers -> BN (each process uses '
+                      'its own batch statistics)', logger='current')
         super().__init__(module=module, **kwargs)

@@ -32,9 +32,22 @@ def _pretrained_inits(node, path: str) -> Iterator[Tuple[str, dict]]:
             yield from _pretrained_inits(value, f'{path}.{i}')
 
 
+# The official MLLA ImageNet-1k weights (github LeapLabTHU/MLLA, README), under the
+# names the dense MLLA configs give them; the MLLA backbone converts them on load.
+MLLA_WEIGHTS = {
+    'mlla-tiny_in1k.pth': 'https://cloud.tsinghua.edu.cn/f/7a19712877cb4242889c/?dl=1',
+    'mlla-small_in1k.pth': 'https://cloud.tsinghua.edu.cn/f/0e5d0b1409d540aaa80c/?dl=1',
+    'mlla-base_in1k.pth': 'https://cloud.tsinghua.edu.cn/f/91c85c5a1061496d8796/?dl=1',
+}
+
+
 def _how_to_make(checkpoint: str, config_root: Optional[str]) -> str:
     """The commands that produce ``checkpoint``, as precise as the names allow."""
     name = osp.basename(checkpoint)
+    if name in MLLA_WEIGHTS:
+        return ('download the official MLLA weights (the backbone converts them '
+                'on load; docs/mlla.md):\n'
+                f'    wget -O {checkpoint} "{MLLA_WEIGHTS[name]}"')
     work_dir = re.match(r'(?:.*/)?work_dirs/([^/]+)/[^/]+\.pth$', checkpoint)
     if work_dir and config_root:  # a training run's checkpoint (linear probes)
         found = glob.glob(osp.join(config_root, '*', work_dir.group(1) + '.py'))

@@ -135,10 +135,21 @@ class KeyReport:
 
 
 def key_report(backbone: nn.Module, state: Dict[str, Tensor]) -> KeyReport:
-    """Account for every key of ``state`` against ``backbone`` (rule 3)."""
+    """Account for every key of ``state`` against ``backbone`` (rule 3).
+
+    Keys a backbone lists in ``optional_state_keys()`` (e.g. MLLA's output norms
+    for dense heads, which a classifier checkpoint does not have) are not missing
+    when absent: they keep their initial values, which is logged.
+    """
     own = backbone.state_dict()
     namespace = {name.split('.')[0] for name in own}
-    missing = sorted(set(own) - set(state))
+    optional = set(getattr(backbone, 'optional_state_keys', list)())
+    absent = sorted(optional & (set(own) - set(state)))
+    if absent:
+        print_log(f'{type(backbone).__name__}: {len(absent)} tensors not in the '
+                  f'checkpoint keep their initialisation: {_listed(absent)}',
+                  logger='current')
+    missing = sorted(set(own) - set(state) - optional)
     extra = sorted(set(state) - set(own))
     unexpected = [k for k in extra if k.split('.')[0] in namespace]
     ignored = [k for k in extra if k.split('.')[0] not in namespace]

@@ -1,24 +1,35 @@
-"""Pure PyTorch kernels: the SSD scan (with its slow twin and mixing matrix) and norms.
+"""Pure PyTorch kernels (the SSD scan with its slow twin and mixing matrix, norms,
+linear attention) and the choice of the fused Triton kernels for CUDA.
 
-Fused Triton kernels for CUDA live in :mod:`mmdinomamba.ops.triton`, imported
-only on demand (:mod:`mmdinomamba.ops.fused` dispatches).
+Inside, imports run one way (``tests/test_layering.py`` checks it)::
+
+    blocks -> mixer -> backend -> {ssd, norm, conv, linear_attention} -> spec
+    triton -> spec
+
+:mod:`~mmdinomamba.ops.spec` holds the contracts every implementation takes,
+:mod:`~mmdinomamba.ops.backend` the rules that pick one, and the math modules the
+PyTorch references; :mod:`mmdinomamba.ops.triton` (the fused kernels) is imported
+only on demand, by the dispatchers.
 """
-from .fused import add_rms_norm, triton_available, use_triton
+from .spec import (TRITON_DTYPES, BlockParams, BlockSpec, MixerParams, MixerSpec,
+                   at_least_float32, float32_or_wider, skip_kernels, split_projection)
 from .conv import causal_depthwise_conv1d
-from .norm import RMSNorm, gated_rms_norm, rms_norm
-from .mixer import (MixerParams, MixerSpec, direction_ssd_inputs, mixer_core,
-                    mixer_core_ref, uses_fused_core)
-from .blocks import BlockParams, BlockSpec, blocks, blocks_loop, uses_fused_blocks
-from .ssd import (BACKENDS, check_finite, check_ssd_inputs, discretize_dt,
-                  mamba_ssm_available, resolve_backend, segsum, ssd, ssd_chunked,
-                  ssd_decay_mask, ssd_mixing_matrix, ssd_quadratic, ssd_ref)
+from .norm import RMSNorm, add_rms_norm_ref, gated_rms_norm, rms_norm
+from .ssd import (discretize_dt, segsum, ssd_chunked, ssd_decay_mask,
+                  ssd_mixing_matrix, ssd_quadratic, ssd_ref)
+from .backend import (BACKENDS, add_rms_norm, check_finite, check_ssd_inputs,
+                      mamba_ssm_available, resolve_backend, ssd_scan, triton_available,
+                      use_triton, uses_fused_blocks, uses_fused_core)
+from .mixer import direction_ssd_inputs, mixer_core, mixer_core_ref
+from .blocks import blocks_loop, run_blocks
 
 __all__ = [
     'BACKENDS', 'BlockParams', 'BlockSpec', 'MixerParams', 'MixerSpec', 'RMSNorm',
-    'add_rms_norm', 'blocks', 'blocks_loop', 'causal_depthwise_conv1d', 'check_finite',
-    'check_ssd_inputs', 'direction_ssd_inputs', 'discretize_dt', 'gated_rms_norm',
-    'mamba_ssm_available', 'mixer_core', 'mixer_core_ref', 'resolve_backend', 'rms_norm',
-    'segsum', 'ssd', 'ssd_chunked', 'ssd_decay_mask', 'ssd_mixing_matrix',
-    'ssd_quadratic', 'ssd_ref', 'triton_available', 'use_triton', 'uses_fused_blocks',
-    'uses_fused_core'
+    'TRITON_DTYPES', 'add_rms_norm', 'add_rms_norm_ref', 'at_least_float32',
+    'blocks_loop', 'causal_depthwise_conv1d', 'check_finite', 'check_ssd_inputs',
+    'direction_ssd_inputs', 'discretize_dt', 'float32_or_wider', 'gated_rms_norm',
+    'mamba_ssm_available', 'mixer_core', 'mixer_core_ref', 'resolve_backend',
+    'rms_norm', 'run_blocks', 'segsum', 'skip_kernels', 'split_projection',
+    'ssd_chunked', 'ssd_decay_mask', 'ssd_mixing_matrix', 'ssd_quadratic', 'ssd_ref',
+    'ssd_scan', 'triton_available', 'use_triton', 'uses_fused_blocks', 'uses_fused_core'
 ]

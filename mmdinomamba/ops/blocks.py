@@ -8,54 +8,24 @@ Block ``i`` of DinoVim, with ``s_i`` its per-sample stochastic-depth factor (0 o
     h_i        = mixer_core(in_proj(u_i))          (:mod:`mmdinomamba.ops.mixer`)
 
 :func:`blocks_loop` writes this as the loop it is, each step through its own
-dispatcher (:func:`~mmdinomamba.ops.add_rms_norm`, :func:`~mmdinomamba.ops.mixer_core`):
+dispatcher (:func:`~mmdinomamba.ops.backend.add_rms_norm`,
+:func:`~mmdinomamba.ops.mixer.mixer_core`):
 the PyTorch ops on a CPU (the twin every fast path is tested against), and what
 ``torch.compile`` traces on CUDA. :func:`mmdinomamba.ops.triton.blocks_triton` runs
 the fused kernels of each block and makes the whole stack one autograd node (the
-least host work per eager step). Same arguments, same function; :func:`blocks`
-picks one.
+least host work per eager step). Same arguments, same function; :func:`run_blocks`
+picks one, by the rule of :mod:`mmdinomamba.ops.backend`.
 """
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from .fused import add_rms_norm, use_triton
-from .mixer import MixerParams, MixerSpec, mixer_core, uses_fused_core
+from .backend import add_rms_norm, uses_fused_blocks
+from .mixer import mixer_core
+from .spec import BlockParams, BlockSpec, block_indices
 
 Tensor = torch.Tensor
-
-
-class BlockParams(NamedTuple):
-    """One block's parameters, as the modules hold them (no copies).
-
-    Attributes:
-        norm_w (Tensor): (dim,), the pre-norm's scale.
-        in_w (Tensor): (width, dim), ``in_proj`` weight.
-        in_b (Tensor, optional): (width,).
-        core (MixerParams): the mixer's parameters after ``in_proj``.
-    """
-    norm_w: Tensor
-    in_w: Tensor
-    in_b: Optional[Tensor]
-    core: MixerParams
-
-
-class BlockSpec(NamedTuple):
-    """One block's sizes: the pre-norm's eps and the mixer's :class:`MixerSpec`."""
-    norm_eps: float
-    mixer: MixerSpec
-
-
-def block_indices(indices: Optional[Sequence[int]], nblocks: int) -> Tuple[int, ...]:
-    """``indices`` checked, sorted and without repeats; None is the last block."""
-    if indices is None:
-        return (nblocks - 1, )
-    out = tuple(sorted(set(indices)))
-    if not out or out[0] < 0 or out[-1] >= nblocks:
-        raise ValueError(f'blocks: indices must be block numbers in [0, {nblocks}), '
-                         f'got {list(indices)}')
-    return out
 
 
 def blocks_loop(tokens: Tensor, params: Sequence[BlockParams],
@@ -92,18 +62,12 @@ def blocks_loop(tokens: Tensor, params: Sequence[BlockParams],
     return outs
 
 
-def uses_fused_blocks(tokens: Tensor, specs: Sequence[BlockSpec]) -> bool:
-    """Whether :func:`blocks` takes the fused path: the add + norm's kernels take
-    ``tokens`` (CUDA, a Triton dtype, not under ``torch.compile``) and every mixer
-    takes its fused core."""
-    return use_triton(tokens) and all(uses_fused_core(tokens, s.mixer) for s in specs)
-
-
-def blocks(tokens: Tensor, params: Sequence[BlockParams], specs: Sequence[BlockSpec],
-           scales: Optional[Tensor] = None,
-           indices: Optional[Sequence[int]] = None) -> List[Tuple[Tensor, Tensor]]:
-    """The blocks: fused where :func:`uses_fused_blocks` says so, else
-    :func:`blocks_loop`. Same arguments and result as :func:`blocks_loop`."""
+def run_blocks(tokens: Tensor, params: Sequence[BlockParams],
+               specs: Sequence[BlockSpec], scales: Optional[Tensor] = None,
+               indices: Optional[Sequence[int]] = None) -> List[Tuple[Tensor, Tensor]]:
+    """The blocks: fused where :func:`mmdinomamba.ops.backend.uses_fused_blocks`
+    says so, else :func:`blocks_loop`. Same arguments and result as
+    :func:`blocks_loop`."""
     if uses_fused_blocks(tokens, specs):
         from .triton import blocks_triton
         return blocks_triton(tokens, params, specs, scales, indices)

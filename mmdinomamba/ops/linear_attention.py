@@ -11,17 +11,14 @@ and ``y = M v``. :func:`linear_attention` computes ``y`` without forming M
 """
 import torch
 
+from .spec import at_least_float32
+
 Tensor = torch.Tensor
-
-
-def _at_least_fp32(t: Tensor) -> Tensor:
-    """fp16/bf16 -> fp32; fp32 and fp64 are kept (fp64 for exact analysis)."""
-    return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 def feature_map(t: Tensor) -> Tensor:
     """``phi``: softmax over the last (head) dimension, in fp32 (fp64 for fp64 input)."""
-    return _at_least_fp32(t).softmax(dim=-1)
+    return at_least_float32(t).softmax(dim=-1)
 
 
 def linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -35,7 +32,7 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         Tensor: (batch, nheads, seqlen, headdim_v) in v's dtype.
     """
     fq, fk = feature_map(q), feature_map(k)
-    kv = torch.einsum('bhsd,bhse->bhde', fk, _at_least_fp32(v).to(fk.dtype))
+    kv = torch.einsum('bhsd,bhse->bhde', fk, at_least_float32(v).to(fk.dtype))
     num = torch.einsum('bhld,bhde->bhle', fq, kv)
     den = torch.einsum('bhld,bhd->bhl', fq, fk.sum(dim=2))
     return (num / den[..., None]).to(v.dtype)

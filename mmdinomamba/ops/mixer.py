@@ -13,18 +13,16 @@ Direction 1 runs on the flipped sequence (its gate too) and is flipped back.
 :func:`mixer_core_ref` computes this with the PyTorch ops one direction at a time;
 :func:`mmdinomamba.ops.triton.mixer_core_triton` with fused kernels, both
 directions per launch. They take the same arguments and compute the same function;
-:func:`mixer_core` picks one.
+:func:`mixer_core` picks one, by the rule of :mod:`mmdinomamba.ops.backend`.
 """
-from typing import NamedTuple, Optional, Tuple, Union
-
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from .backend import ssd_scan, uses_fused_core
 from .conv import causal_depthwise_conv1d
-from .fused import triton_takes
 from .norm import gated_rms_norm
-from .ssd import resolve_backend, ssd
+from .spec import MixerParams, MixerSpec, at_least_float32, split_projection
 
 Tensor = torch.Tensor
 
@@ -36,60 +34,6 @@ def auto_chunk_size(seqlen: int) -> int:
     backward, batch 2, one thread: 258 tokens 489 ms with chunk 64, 1105 ms with
     256; 66 tokens 119 ms in one chunk, 212 ms with chunk 64)."""
     return seqlen if seqlen <= 128 else 64
-
-
-class MixerSpec(NamedTuple):
-    """Sizes and settings of a mixer (see :class:`mmdinomamba.models.mixers.SSDMixer`).
-
-    ``chunk_size`` (tokens, or 'auto': :func:`auto_chunk_size`) and ``ssd_backend``
-    choose how the PyTorch path scans; the fused path is the 'triton' backend with
-    tiles of its own.
-    """
-    d_inner: int
-    ngroups: int
-    d_state: int
-    headdim: int
-    ndir: int
-    eps: float
-    d_conv: int = 4
-    chunk_size: Union[int, str] = 'auto'
-    ssd_backend: str = 'auto'
-
-    @property
-    def nheads(self) -> int:
-        return self.d_inner // self.headdim
-
-    @property
-    def conv_dim(self) -> int:
-        return self.d_inner + 2 * self.ngroups * self.d_state
-
-
-class MixerParams(NamedTuple):
-    """The mixer's parameters after ``in_proj``: per direction (forward first) a
-    tuple entry, as the module holds them (no copies).
-
-    Attributes:
-        conv_w: each (conv_dim, 1, d_conv), ``nn.Conv1d`` layout.
-        conv_b: each (conv_dim,), or None (no conv bias).
-        dt_bias, A_log, D: each (nheads,).
-        norm_w: each (d_inner,), the gated norm's scale.
-        out_w (Tensor): (dim, d_inner), ``out_proj`` weight.
-        out_b (Tensor, optional): (dim,).
-    """
-    conv_w: Tuple[Tensor, ...]
-    conv_b: Optional[Tuple[Tensor, ...]]
-    dt_bias: Tuple[Tensor, ...]
-    A_log: Tuple[Tensor, ...]
-    D: Tuple[Tensor, ...]
-    norm_w: Tuple[Tensor, ...]
-    out_w: Tensor
-    out_b: Optional[Tensor]
-
-
-def split_projection(zxbcdt: Tensor, spec: MixerSpec) -> Tuple[Tensor, Tensor, Tensor]:
-    """The gate z (..., d_inner), the conv input xBC (..., conv_dim) and the raw
-    steps dt (..., nheads) of the packed projection (views)."""
-    return torch.split(zxbcdt, [spec.d_inner, spec.conv_dim, spec.nheads], dim=-1)
 
 
 def direction_ssd_inputs(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec,
@@ -112,7 +56,7 @@ def direction_ssd_inputs(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec,
     return dict(
         x=rearrange(x, 'b l (h p) -> b l h p', p=spec.headdim),
         dt=dt,
-        A=-torch.exp(A_log.to(torch.promote_types(A_log.dtype, torch.float32))),
+        A=-torch.exp(at_least_float32(A_log)),
         B=rearrange(B, 'b l (g n) -> b l g n', g=spec.ngroups),
         C=rearrange(C, 'b l (g n) -> b l g n', g=spec.ngroups),
         D=params.D[d], dt_bias=params.dt_bias[d], z=z)
@@ -136,9 +80,9 @@ def mixer_core_ref(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tens
     for d in range(spec.ndir):
         proj = zxbcdt.flip(1) if d == 1 else zxbcdt
         a = direction_ssd_inputs(proj, params, spec, d)
-        y = ssd(a['x'], a['dt'], a['A'], a['B'], a['C'], chunk_size=chunk,
-                D=a['D'], dt_bias=a['dt_bias'], dt_softplus=True,
-                backend=spec.ssd_backend)
+        y = ssd_scan(a['x'], a['dt'], a['A'], a['B'], a['C'], chunk_size=chunk,
+                     D=a['D'], dt_bias=a['dt_bias'], dt_softplus=True,
+                     backend=spec.ssd_backend)
         y = gated_rms_norm(rearrange(y, 'b l h p -> b l (h p)'), a['z'],
                            params.norm_w[d], spec.eps, spec.d_inner // spec.ngroups)
         ys.append(y.flip(1) if d == 1 else y)
@@ -146,24 +90,10 @@ def mixer_core_ref(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tens
     return F.linear(y, params.out_w, params.out_b)
 
 
-def uses_fused_core(zxbcdt: Tensor, spec: MixerSpec) -> bool:
-    """Whether :func:`mixer_core` takes the fused Triton path for this input: CUDA,
-    a Triton dtype, ``d_conv = 4`` and an SSD backend of 'auto' or 'triton'.
-
-    Under ``torch.compile`` too: there the kernels run as the custom ops of
-    :mod:`mmdinomamba.ops.triton.mixer`, one node of the graph each.
-    """
-    if spec.ssd_backend not in ('auto', 'triton') or spec.d_conv != 4:
-        return False
-    if not triton_takes(zxbcdt):
-        return False
-    return resolve_backend(spec.ssd_backend, zxbcdt.device) == 'triton'
-
-
 def mixer_core(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tensor:
     """The mixer after ``in_proj``: the fused kernels where they apply
-    (:func:`uses_fused_core`), else :func:`mixer_core_ref`. Same arguments and
-    result as :func:`mixer_core_ref`."""
+    (:func:`mmdinomamba.ops.backend.uses_fused_core`), else :func:`mixer_core_ref`.
+    Same arguments and result as :func:`mixer_core_ref`."""
     if uses_fused_core(zxbcdt, spec):
         from .triton import mixer_core_triton
         return mixer_core_triton(zxbcdt, params, spec)

@@ -1,8 +1,11 @@
-"""RMSNorm and the gated RMSNorm of Mamba-2, computed in fp32 like mamba-ssm's kernels."""
-from typing import Optional
+"""RMSNorm, the gated RMSNorm of Mamba-2 and a block's residual add + RMSNorm, computed
+in at least fp32 like mamba-ssm's kernels."""
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+
+from .spec import at_least_float32
 
 Tensor = torch.Tensor
 
@@ -26,7 +29,7 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float = 1e-5,
     if dim % group_size != 0:
         raise ValueError(f'rms_norm: group_size {group_size} must divide the '
                          f'last dimension {dim}')
-    xf = x.float() if x.dtype not in (torch.float32, torch.float64) else x
+    xf = at_least_float32(x)
     xg = xf.unflatten(-1, (dim // group_size, group_size))
     y = (xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2)
     if weight is not None:
@@ -51,9 +54,40 @@ def gated_rms_norm(y: Tensor, z: Tensor, weight: Optional[Tensor],
     if z.shape != y.shape:
         raise ValueError(f'gated_rms_norm: `z` must have the shape of y '
                          f'{tuple(y.shape)}, got {tuple(z.shape)}')
-    yf = y.float() if y.dtype not in (torch.float32, torch.float64) else y
+    yf = at_least_float32(y)
     gated = yf * F.silu(z.to(yf.dtype))
     return rms_norm(gated, weight, eps, group_size).to(y.dtype)
+
+
+def add_rms_norm_ref(h: Tensor, residual: Optional[Tensor], weight: Tensor,
+                     eps: float = 1e-5, scale: Optional[Tensor] = None
+                     ) -> Tuple[Tensor, Tensor]:
+    """The pre-norm step of a block: ``residual = scale * h + residual``, then RMSNorm.
+
+    The PyTorch twin of :func:`mmdinomamba.ops.triton.add_rms_norm_triton`
+    (:func:`mmdinomamba.ops.backend.add_rms_norm` picks one).
+
+    Args:
+        h (Tensor): (batch, ..., dim), the previous block's output (or the tokens).
+        residual (Tensor, optional): like h, the stream (float32, or float64
+            for float64 inputs); None for the first block, whose stream starts
+            as ``h``.
+        weight (Tensor): (dim,) RMSNorm scale.
+        eps (float): RMSNorm eps. Defaults to 1e-5.
+        scale (Tensor, optional): (batch,) per-sample factor of ``h``, applied in
+            the stream's dtype: stochastic depth's 0 or ``1 / keep``
+            (:meth:`mmdinomamba.models.utils.DropPath.sample_scale`). None means 1.
+
+    Returns:
+        tuple: the new stream (..., dim) (float32, float64 for float64 inputs)
+        and its RMSNorm (..., dim) in the weight's dtype (autocast casts it for
+        the matrix product that follows).
+    """
+    h = at_least_float32(h)
+    if scale is not None:
+        h = h * scale.to(h.dtype).view(-1, *(1, ) * (h.dim() - 1))
+    residual = h if residual is None else residual + h
+    return residual, rms_norm(residual.to(weight.dtype), weight, eps)
 
 
 class RMSNorm(torch.nn.Module):

@@ -27,122 +27,32 @@ Unrolled, ``y = M x`` over the token axis, with the token-mixing matrix::
     cs_i = sum_{k <= i} dt_k * A                              (cumulative log-decay)
 
 plus ``D`` on the diagonal. ``L_ij = exp(cs_i - cs_j)`` is the learnable causal
-mask. Three ways to compute ``y``, all with mamba-ssm's argument layout:
+mask. Three ways to compute ``y``, all with mamba-ssm's argument layout and one signature:
 
 * :func:`ssd_ref`         - the recurrence, one token at a time (slow twin, ground truth);
 * :func:`ssd_chunked`     - the chunked SSD algorithm (CPU/GPU default);
 * :func:`ssd_quadratic`   - ``M x`` with ``M`` materialised by :func:`ssd_mixing_matrix`.
 
-:func:`ssd` is the public entry point: it validates inputs and dispatches to a
-backend (``'auto'``, ``'chunked'``, ``'quadratic'``, ``'ref'``, ``'triton'`` or
-``'mamba_ssm'``). ``'triton'`` is the fused chunk scan of
-:mod:`mmdinomamba.ops.triton` (CUDA only, no ``initial_states`` /
-``return_final_states``; float16, bfloat16 and float32: ``'auto'`` scans float64
-with ``'chunked'``); its chunk is its own tile size, so ``chunk_size`` only
-matters to the PyTorch backends (it changes rounding, not the result).
-
-Input checks. :func:`check_ssd_inputs` rejects a non-finite ``dt`` through
-:func:`check_finite`, which the mixers and backbones also call on their inputs.
-That test reads a value back from the device, so on CUDA it runs only when the
-environment variable ``MMDINOMAMBA_CHECK_FINITE=1`` is set (on the CPU it always
-runs).
+This module is the math alone. :func:`mmdinomamba.ops.backend.ssd_scan` is the
+public entry point: it checks the inputs and picks one of these, or the fused
+kernels of :mod:`mmdinomamba.ops.triton`, or mamba-ssm's (its ``backend``).
 """
 import math
-import os
 from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
-from mmengine.logging import print_log
 
-from .fused import TRITON_DTYPES
-
-BACKENDS = ('auto', 'chunked', 'quadratic', 'ref', 'triton', 'mamba_ssm')
+from .spec import at_least_float32, float32_or_wider
 
 Tensor = torch.Tensor
 SSDOutput = Union[Tensor, Tuple[Tensor, Tensor]]
 
 
 # --------------------------------------------------------------------------- #
-# Input handling shared by every backend
+# Pieces shared by the three
 # --------------------------------------------------------------------------- #
-def _shape_error(name: str, expected: str, got: Tensor) -> ValueError:
-    return ValueError(f'ssd: `{name}` must have shape {expected}, '
-                      f'got {tuple(got.shape)}')
-
-
-def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                     D: Optional[Tensor] = None, z: Optional[Tensor] = None,
-                     dt_bias: Optional[Tensor] = None,
-                     initial_states: Optional[Tensor] = None,
-                     chunk_size: int = 256) -> None:
-    """Raise a ValueError naming the first argument with a wrong shape.
-
-    Also rejects a non-finite ``dt`` (it would silently poison the scan): always
-    for CPU tensors, and for CUDA tensors only with ``MMDINOMAMBA_CHECK_FINITE=1``
-    (the check synchronises the device).
-    """
-    if x.dim() != 4:
-        raise _shape_error('x', '(batch, seqlen, nheads, headdim)', x)
-    batch, seqlen, nheads, headdim = x.shape
-    if dt.shape != (batch, seqlen, nheads):
-        raise _shape_error('dt', f'(batch, seqlen, nheads) = '
-                           f'{(batch, seqlen, nheads)}', dt)
-    if A.shape != (nheads, ):
-        raise _shape_error('A', f'(nheads,) = {(nheads, )}', A)
-    if B.dim() != 4 or B.shape[:2] != (batch, seqlen):
-        raise _shape_error('B', f'(batch, seqlen, ngroups, dstate) with '
-                           f'batch, seqlen = {(batch, seqlen)}', B)
-    ngroups, dstate = B.shape[2:]
-    if nheads % ngroups != 0:
-        raise ValueError(f'ssd: ngroups ({ngroups}, from `B`) must divide '
-                         f'nheads ({nheads}, from `x`)')
-    if C.shape != B.shape:
-        raise _shape_error('C', f'the shape of B = {tuple(B.shape)}', C)
-    if D is not None and D.shape not in ((nheads, ), (nheads, headdim)):
-        raise _shape_error('D', f'(nheads,) or (nheads, headdim) = '
-                           f'{(nheads, )} or {(nheads, headdim)}', D)
-    if z is not None and z.shape != x.shape:
-        raise _shape_error('z', f'the shape of x = {tuple(x.shape)}', z)
-    if dt_bias is not None and dt_bias.shape != (nheads, ):
-        raise _shape_error('dt_bias', f'(nheads,) = {(nheads, )}', dt_bias)
-    if (initial_states is not None
-            and initial_states.shape != (batch, nheads, headdim, dstate)):
-        raise _shape_error(
-            'initial_states', '(batch, nheads, headdim, dstate) = '
-            f'{(batch, nheads, headdim, dstate)}', initial_states)
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f'ssd: `chunk_size` must be a positive int, '
-                         f'got {chunk_size!r}')
-    check_finite(dt, 'ssd: `dt`')
-
-
-def _check_finite(t: Tensor) -> bool:
-    """Whether to run the (device-synchronising) finiteness check on ``t``."""
-    return t.device.type != 'cuda' or os.environ.get('MMDINOMAMBA_CHECK_FINITE') == '1'
-
-
-def check_finite(t: Tensor, what: str) -> None:
-    """Raise a ValueError ``'<what> contains NaN or Inf values'`` if ``t`` has any.
-
-    Runs always for CPU tensors and, because it reads a value back from the
-    device (a host synchronisation), for CUDA tensors only with
-    ``MMDINOMAMBA_CHECK_FINITE=1``; never while ``torch.compile`` traces.
-
-    Args:
-        t (Tensor): any shape.
-        what (str): names the tensor in the message, e.g. ``'SSDMixer: input'``.
-    """
-    if torch.compiler.is_compiling() or not _check_finite(t):
-        return
-    finite = torch.isfinite(t)
-    if not finite.all():
-        bad = finite.numel() - int(finite.sum())
-        raise ValueError(f'{what} contains NaN or Inf values ({bad} of '
-                         f'{finite.numel()})')
-
-
 def discretize_dt(dt: Tensor, dt_bias: Optional[Tensor] = None,
                   dt_softplus: bool = False) -> Tensor:
     """The step actually used by the scan: ``softplus(dt + dt_bias)`` in fp32.
@@ -156,7 +66,7 @@ def discretize_dt(dt: Tensor, dt_bias: Optional[Tensor] = None,
         Tensor: (batch, seqlen, nheads), float32 or float64. The cumulative sum
         of ``dt * A`` over long sequences needs at least fp32.
     """
-    dt = dt.float() if dt.dtype not in (torch.float32, torch.float64) else dt
+    dt = at_least_float32(dt)
     if dt_bias is not None:
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:
@@ -179,10 +89,6 @@ def _heads_from_groups(BC: Tensor, nheads: int) -> Tensor:
     return repeat(BC, 'b l g n -> b l (g r) n', r=nheads // BC.shape[2])
 
 
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
 # --------------------------------------------------------------------------- #
 # The slow twin: the recurrence, token by token
 # --------------------------------------------------------------------------- #
@@ -193,8 +99,9 @@ def ssd_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
             return_final_states: bool = False) -> SSDOutput:
     """SSD as the plain recurrence ``h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T``.
 
-    Deliberately naive: one Python step per token. Same signature as :func:`ssd`
-    (``chunk_size`` is accepted and ignored). Used as the reference in tests.
+    Deliberately naive: one Python step per token. Same signature as
+    :func:`ssd_chunked` (``chunk_size`` is accepted and ignored). Used as the
+    reference in tests.
 
     Args:
         x (Tensor): (batch, seqlen, nheads, headdim).
@@ -214,7 +121,7 @@ def ssd_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
         Tensor: y (batch, seqlen, nheads, headdim) in x's dtype, and if
         ``return_final_states`` the state (batch, nheads, headdim, dstate).
     """
-    cdtype = _compute_dtype(x)
+    cdtype = float32_or_wider(x.dtype)
     batch, seqlen, nheads, headdim = x.shape
     dt = discretize_dt(dt, dt_bias, dt_softplus).to(cdtype)
     B = _heads_from_groups(B, nheads).to(cdtype)
@@ -287,7 +194,7 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     Same signature and shapes as :func:`ssd_ref`. Computes in fp32 (fp64 for
     fp64 inputs) and returns x's dtype.
     """
-    cdtype = _compute_dtype(x)
+    cdtype = float32_or_wider(x.dtype)
     batch, seqlen, nheads, headdim = x.shape
     dt = discretize_dt(dt, dt_bias, dt_softplus).to(cdtype)
     xc = x.to(cdtype)
@@ -370,7 +277,7 @@ def ssd_mixing_matrix(dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     Returns:
         Tensor: M, (batch, nheads, seqlen, seqlen), fp32 (fp64 for fp64 B).
     """
-    cdtype = _compute_dtype(B)
+    cdtype = float32_or_wider(B.dtype)
     nheads = dt.shape[-1]
     dt = discretize_dt(dt, dt_bias, dt_softplus).to(cdtype)
     Bh = _heads_from_groups(B, nheads).to(cdtype)
@@ -403,104 +310,3 @@ def ssd_quadratic(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     xc = x.to(M.dtype)
     y = torch.einsum('bhij,bjhp->bihp', M, xc)
     return _skip_and_gate(y, xc, D, z).to(x.dtype)
-
-
-# --------------------------------------------------------------------------- #
-# Optional fused backend and dispatch
-# --------------------------------------------------------------------------- #
-def _mamba_ssm_scan():
-    """mamba-ssm's fused Triton scan, or None when it cannot be imported."""
-    try:
-        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-    except Exception:  # ImportError, or its CUDA extensions failing to load
-        return None
-    return mamba_chunk_scan_combined
-
-
-def mamba_ssm_available() -> bool:
-    return _mamba_ssm_scan() is not None
-
-
-_LOGGED = set()
-
-
-def resolve_backend(backend: str, device: torch.device, needs_states: bool = False,
-                    dtype: Optional[torch.dtype] = None) -> str:
-    """Turn ``'auto'`` into a concrete backend for tensors on ``device``.
-
-    ``'auto'`` picks ``'triton'`` on CUDA when Triton imports (unless
-    ``needs_states``: initial or final states are asked for), else ``'mamba_ssm'``
-    on CUDA when mamba-ssm imports, otherwise ``'chunked'``; where it would pick
-    ``'triton'`` for a ``dtype`` the kernels do not take (float64), ``'chunked'``.
-    The choice is logged once per (request, device type).
-    """
-    from .fused import triton_available
-    if backend not in BACKENDS:
-        raise ValueError(f'ssd: unknown backend {backend!r}; '
-                         f'choose one of {BACKENDS}')
-    cuda = device.type == 'cuda'
-    chosen = backend
-    if backend == 'auto':
-        if cuda and triton_available() and not needs_states:
-            chosen = 'triton' if dtype is None or dtype in TRITON_DTYPES else 'chunked'
-        elif cuda and mamba_ssm_available():
-            chosen = 'mamba_ssm'
-        else:
-            chosen = 'chunked'
-    if chosen == 'triton' and needs_states:
-        raise ValueError('ssd: backend "triton" has no `initial_states` / '
-                         '`return_final_states`; use "chunked", "ref" or "mamba_ssm"')
-    if chosen == 'mamba_ssm' and not (cuda and mamba_ssm_available()):
-        raise ValueError('ssd: backend "mamba_ssm" needs CUDA tensors and an '
-                         'importable mamba-ssm (pip install mmdinomamba[mamba])')
-    if chosen == 'triton' and not (cuda and triton_available()):
-        raise ValueError('ssd: backend "triton" needs CUDA tensors and an '
-                         'importable Triton')
-    key = (backend, device.type, chosen)
-    if key not in _LOGGED and not torch.compiler.is_compiling():  # no graph break
-        _LOGGED.add(key)
-        print_log(f'SSD backend: requested {backend!r} on {device.type}, '
-                  f'using {chosen!r}', logger='current')
-    return chosen
-
-
-def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-        chunk_size: int = 256, D: Optional[Tensor] = None,
-        z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
-        dt_softplus: bool = False, initial_states: Optional[Tensor] = None,
-        return_final_states: bool = False, backend: str = 'auto') -> SSDOutput:
-    """Mamba-2 SSD scan with mamba-ssm's ``mamba_chunk_scan_combined`` layout.
-
-    Args:
-        x (Tensor): (batch, seqlen, nheads, headdim).
-        dt (Tensor): (batch, seqlen, nheads).
-        A (Tensor): (nheads,).
-        B (Tensor): (batch, seqlen, ngroups, dstate).
-        C (Tensor): (batch, seqlen, ngroups, dstate).
-        chunk_size (int): tokens per chunk of the PyTorch backends. Defaults to 256.
-        D (Tensor, optional): (nheads,) or (nheads, headdim).
-        z (Tensor, optional): (batch, seqlen, nheads, headdim); output * silu(z).
-        dt_bias (Tensor, optional): (nheads,).
-        dt_softplus (bool): ``dt = softplus(dt + dt_bias)``. Defaults to False.
-        initial_states (Tensor, optional): (batch, nheads, headdim, dstate).
-        return_final_states (bool): also return the final state.
-        backend (str): one of :data:`BACKENDS`. Defaults to ``'auto'``.
-
-    Returns:
-        Tensor: (batch, seqlen, nheads, headdim) in x's dtype; with
-        ``return_final_states`` also (batch, nheads, headdim, dstate).
-    """
-    check_ssd_inputs(x, dt, A, B, C, D, z, dt_bias, initial_states, chunk_size)
-    needs_states = initial_states is not None or return_final_states
-    chosen = resolve_backend(backend, x.device, needs_states, x.dtype)
-    if chosen == 'triton':
-        from .triton import ssd_triton
-        return ssd_triton(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
-                          dt_softplus=dt_softplus)
-    kwargs = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias,
-                  dt_softplus=dt_softplus, initial_states=initial_states,
-                  return_final_states=return_final_states)
-    if chosen == 'mamba_ssm':
-        return _mamba_ssm_scan()(x, dt, A, B, C, **kwargs)
-    fn = {'chunked': ssd_chunked, 'quadratic': ssd_quadratic, 'ref': ssd_ref}[chosen]
-    return fn(x, dt, A, B, C, **kwargs)

@@ -124,15 +124,16 @@ def test_preprocess_and_image_sources(tmp_path):
 
 
 def test_offdiag_bounds_per_kind():
+    no_stencil = dict(near_offdiag_bound=None, far_offdiag_bound=None)
     softmax = offdiag_bounds(MixerInfo('softmax', 4, 16, ('attention', )), 32, 66)
     assert softmax == dict(global_bound=66, offdiag_bound_paper=32,
-                           offdiag_bound_algebra=32)
+                           offdiag_bound_algebra=32, **no_stencil)
     linear = offdiag_bounds(MixerInfo('linear', 4, 16, ('attention', )), 8, 66)
     assert linear == dict(global_bound=16, offdiag_bound_paper=16,
-                          offdiag_bound_algebra=8)
+                          offdiag_bound_algebra=8, **no_stencil)
     ssd = offdiag_bounds(MixerInfo('ssd', 8, 16, ('forward', )), 32, 66, mask_rank=66)
     assert ssd == dict(global_bound=66, offdiag_bound_paper=66 * 16,
-                       offdiag_bound_algebra=16)
+                       offdiag_bound_algebra=16, **no_stencil)
     with pytest.raises(ValueError, match='mask_rank'):
         offdiag_bounds(MixerInfo('ssd', 8, 16, ('forward', )), 32, 66)
 

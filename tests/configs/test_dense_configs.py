@@ -1,7 +1,9 @@
-"""Every UperNet and Cascade Mask R-CNN config trains and evaluates on toy data.
+"""Every UperNet, Cascade Mask R-CNN and Mask R-CNN config trains and evaluates on
+toy data.
 
-For each config under ``configs/upernet/`` and ``configs/cascade_mask_rcnn/``
-(``_base_/`` excluded: those are shared recipes with a placeholder backbone):
+For each config under ``configs/upernet/``, ``configs/cascade_mask_rcnn/`` and
+``configs/mask_rcnn/`` (``_base_/`` excluded: those are shared recipes with a
+placeholder backbone):
 ``Config.fromfile``, then the overrides a user would pass with ``--cfg-options``
 (a tiny backbone of the same class, toy data, small images and sample counts),
 then mmengine's ``Runner`` runs 2 training iterations and one evaluation with
@@ -31,14 +33,20 @@ import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets import make_toy_dataset, toy_class_names
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from _tiny_dense import two_stage_head_options, upernet_head_options  # noqa: E402
+from _tiny_dense import (two_stage_head_options, upernet_head_options,  # noqa: E402
+                         upernet_pyramid_head_options)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEG_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'upernet', '*.py')))
 DET_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'cascade_mask_rcnn', '*.py')))
+MASK_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'mask_rcnn', '*.py')))
 NUM_CLASSES = 2
 WIDTH = 32
 DEPTH = 4
+# a 4-stage MLLA (stage widths 8, 16, 32, 64), one block per stage
+MLLA_ARCH = dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
+                 mlp_ratio=2.0)
+MLLA_WIDTHS = [8, 16, 32, 64]
 
 
 def config_id(path):
@@ -87,10 +95,13 @@ def toy_root(tmp_path_factory):
 
 
 def tiny_backbone_options(backbone: dict) -> dict:
-    """A 4-block, 32-wide backbone of the config's own class, without weights."""
+    """A 4-block, 32-wide backbone of the config's own class (MLLA: 4 stages of one
+    block, :data:`MLLA_ARCH`), without weights."""
     arch = dict(_delete_=True, embed_dims=WIDTH, num_layers=DEPTH)
     extra = {}
-    if backbone['type'] == 'DinoVim':
+    if backbone['type'] == 'MLLA':
+        arch = dict(_delete_=True, **MLLA_ARCH)
+    elif backbone['type'] == 'DinoVim':
         # one chunk holds a whole toy sequence (at most 4 x 5 patches + 12 registers)
         extra['model.backbone.mixer_cfg'] = dict(d_state=16, headdim=16, chunk_size=32)
     elif backbone['type'] == 'LinearViT':
@@ -114,9 +125,27 @@ def shrink(scale, short: int):
 
 
 def resize_options(pipeline_key: str, pipeline: list, short: int) -> dict:
-    """Shrink the ``scale`` of every Resize/RandomResize in a pipeline."""
-    return {f'{pipeline_key}.{i}.scale': shrink(t['scale'], short)
+    """Shrink the ``scale`` of every Resize/RandomResize in a pipeline, and every
+    size inside a RandomChoice (its resizes' ``scales``, its crops' ``crop_size``),
+    by the factor that makes the largest short side of its resizes ``short``."""
+    opts = {f'{pipeline_key}.{i}.scale': shrink(t['scale'], short)
             for i, t in enumerate(pipeline) if t['type'] in ('Resize', 'RandomResize')}
+    for i, t in enumerate(pipeline):
+        if t['type'] != 'RandomChoice':
+            continue
+        scales = [s for branch in t['transforms'] for step in branch
+                  for s in step.get('scales', [])]
+        factor = short / max(min(s) for s in scales)
+        branches = []
+        for branch in t['transforms']:
+            branches.append([dict(step, **{key: [tuple(round(v * factor) for v in size)
+                                                  for size in step[key]]
+                                           if key == 'scales' else
+                                           tuple(round(v * factor) for v in step[key])
+                                           for key in ('scales', 'crop_size')
+                                           if key in step}) for step in branch])
+        opts[f'{pipeline_key}.{i}.transforms'] = branches
+    return opts
 
 
 def loader_options(key: str) -> dict:
@@ -125,9 +154,11 @@ def loader_options(key: str) -> dict:
 
 def seg_options(cfg: Config, toy_root: str) -> dict:
     data_root = osp.join(toy_root, 'ade')
+    heads = upernet_pyramid_head_options(MLLA_WIDTHS, WIDTH) \
+        if cfg.model.backbone.type == 'MLLA' else upernet_head_options(WIDTH)
     opts = {
         **tiny_backbone_options(cfg.model.backbone),
-        **upernet_head_options(WIDTH),
+        **heads,
         'train_dataloader.batch_size': 2,
         'train_dataloader.dataset.data_root': data_root,
         'val_dataloader.dataset.data_root': data_root,
@@ -148,10 +179,14 @@ def seg_options(cfg: Config, toy_root: str) -> dict:
 def det_options(cfg: Config, toy_root: str) -> dict:
     data_root = osp.join(toy_root, 'coco') + '/'
     metainfo = dict(classes=tuple(toy_class_names(NUM_CLASSES)))
+    bbox_heads = cfg.model.roi_head.bbox_head
+    stages = [f'.{i}' for i in range(len(bbox_heads))] \
+        if isinstance(bbox_heads, (list, tuple)) else ['']
+    hierarchical = cfg.model.backbone.type == 'MLLA'
     opts = {
         **tiny_backbone_options(cfg.model.backbone),
-        **two_stage_head_options(WIDTH, NUM_CLASSES, [
-            f'.{i}' for i in range(len(cfg.model.roi_head.bbox_head))]),
+        **two_stage_head_options(WIDTH, NUM_CLASSES, stages,
+                                 MLLA_WIDTHS if hierarchical else None),
         'train_dataloader.batch_size': 2,
         'train_dataloader.dataset.data_root': data_root,
         'train_dataloader.dataset.ann_file': 'annotations/instances_train.json',
@@ -198,14 +233,58 @@ def assert_trained(runner: Runner, iterations: int):
 
 
 def test_configs_load_and_follow_the_recipe():
-    assert len(SEG_CONFIGS) == 6 and len(DET_CONFIGS) == 12  # 6 backbones
-    for path in SEG_CONFIGS + DET_CONFIGS:
+    # 6 plain backbones, and MLLA-T/S/B (UperNet; Mask R-CNN 1x and 3x)
+    assert len(SEG_CONFIGS) == 9 and len(DET_CONFIGS) == 12 and len(MASK_CONFIGS) == 6
+    for path in SEG_CONFIGS + DET_CONFIGS + MASK_CONFIGS:
         cfg = load(path)
         assert cfg.model.backbone.init_cfg.type == 'Pretrained'
         assert not osp.isabs(cfg.model.backbone.init_cfg.checkpoint)
-        assert cfg.optim_wrapper.constructor == 'LayerDecayOptimWrapperConstructor'
+        if cfg.model.backbone.type == 'MLLA':  # the official (Swin) recipes
+            assert 'constructor' not in cfg.optim_wrapper
+            assert cfg.optim_wrapper.paramwise_cfg.custom_keys.norm.decay_mult == 0
+            assert cfg.optim_wrapper.optimizer.lr == (6e-5 if path in SEG_CONFIGS
+                                                      else 1e-4)
+        else:
+            assert cfg.optim_wrapper.constructor == 'LayerDecayOptimWrapperConstructor'
         for loader in (cfg.train_dataloader, cfg.val_dataloader):
             assert not osp.isabs(loader.dataset.data_root)
+
+
+def test_missing_mlla_weights_name_the_download(tmp_path, monkeypatch):
+    from mmdinomamba.engine import check_pretrained_checkpoints
+    from mmdinomamba.engine.pretrained import MLLA_WEIGHTS
+    monkeypatch.chdir(tmp_path)  # no checkpoints/ here
+    for path in [p for p in SEG_CONFIGS + MASK_CONFIGS if 'mlla' in p]:
+        cfg = load(path)
+        name = osp.basename(cfg.model.backbone.init_cfg.checkpoint)
+        with pytest.raises(FileNotFoundError) as err:
+            check_pretrained_checkpoints(cfg, osp.join(ROOT, 'configs'))
+        assert f'wget -O checkpoints/{name} "{MLLA_WEIGHTS[name]}"' in str(err.value)
+
+
+@pytest.mark.parametrize('size, dims, dpr', [('tiny', 64, (0.2, 0.1, 0.3)),
+                                             ('small', 64, (0.3, 0.1, 0.3)),
+                                             ('base', 96, (0.5, 0.1, 0.3))])
+def test_mlla_configs_follow_the_official_settings(size, dims, dpr):
+    """UperNet on the four stages (auxiliary head on the third), Mask R-CNN with a
+    plain FPN over them; the drop path of the official configs; 12 / 36 epochs."""
+    widths = [dims * 2 ** i for i in range(4)]
+    seg = load(osp.join(ROOT, 'configs', 'upernet',
+                        f'upernet_mlla-{size}_8xb2-160k_ade20k-512x512.py'))
+    assert seg.model.backbone.arch == size and 'neck' not in seg.model
+    assert seg.model.backbone.out_indices == (0, 1, 2, 3)
+    assert seg.model.decode_head.in_channels == widths
+    assert seg.model.auxiliary_head.in_channels == widths[2]
+    assert seg.model.backbone.drop_path_rate == dpr[0]
+    for schedule, epochs, rate in (('1x', 12, dpr[1]), ('3x', 36, dpr[2])):
+        det = load(osp.join(ROOT, 'configs', 'mask_rcnn',
+                            f'mask-rcnn_mlla-{size}_fpn_ms-crop-{schedule}_coco.py'))
+        assert det.model.type == 'MaskRCNN' and det.model.neck.type == 'FPN'
+        assert det.model.neck.in_channels == widths
+        assert det.model.backbone.drop_path_rate == rate
+        assert det.train_cfg.max_epochs == epochs
+        assert [t['type'] for t in det.train_dataloader.dataset.pipeline][2:4] == [
+            'RandomFlip', 'RandomChoice']
 
 
 @pytest.mark.parametrize('path', SEG_CONFIGS, ids=config_id)
@@ -232,6 +311,20 @@ def test_cascade_config_trains_and_evaluates(path, toy_root, tmp_path):
     assert len({g['lr'] for g in groups}) == DEPTH + 2  # layer decay is in use
     assert torch.isfinite(
         torch.cat([p.detach().flatten() for g in groups for p in g['params']])).all()
+
+
+@pytest.mark.parametrize('path', MASK_CONFIGS, ids=config_id)
+def test_mask_rcnn_config_trains_and_evaluates(path, toy_root, tmp_path):
+    cfg = load(path)
+    cfg.merge_from_dict(det_options(cfg, toy_root))
+    runner = run(cfg, str(tmp_path))
+    assert_trained(runner, 2)
+    for key in ('val/coco/bbox_mAP', 'val/coco/segm_mAP'):
+        assert 0.0 <= scalar(runner, key) <= 1.0
+    assert type(runner.model).__name__ == 'MaskRCNN'
+    assert type(runner.model.backbone).__name__ == 'MLLA'
+    params = [p for g in runner.optim_wrapper.optimizer.param_groups for p in g['params']]
+    assert torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
 
 
 def build_model(path: str, options: dict):

@@ -41,6 +41,17 @@ def test_every_model_has_both_configs():
 
 
 @pytest.mark.parametrize('path', DINO, ids=name)
+def test_graph_hook_only_where_a_backbone_offers_a_stack_runner(path):
+    """CUDAGraphBlocksHook comes with the DinoVim configs alone (a backbone with the
+    ``stack_runner`` seam), so it never warns that it found nothing; every DinoVim
+    config of the paper's recipe replays its blocks from CUDA graphs."""
+    cfg = Config.fromfile(path)
+    hooked = any(h.type == 'CUDAGraphBlocksHook' for h in cfg.get('custom_hooks', []))
+    dinovim = cfg.model.backbone.type == 'DinoVim'
+    assert hooked == (dinovim and 'in1k' in path), (hooked, cfg.model.backbone.type)
+
+
+@pytest.mark.parametrize('path', DINO, ids=name)
 def test_dino_config_builds(path):
     cfg = Config.fromfile(path)
     assert cfg.custom_imports == dict(imports=['mmdinomamba'], allow_failed_imports=False)

@@ -8,7 +8,10 @@ FAULT is one of
   kill-in-write    during the N-th checkpoint file write of this process, write
                    half of the bytes, fsync, then SIGKILL itself;
   raise-in-write   during the N-th checkpoint file write, write half of the bytes,
-                   then raise OSError (a full disk): the run ends with a traceback.
+                   then raise OSError (a full disk): the run ends with a traceback;
+  nan-at-iter      before training iteration N, put a NaN into the first parameter
+                   of the model's backbone, with the backbones' own finiteness
+                   checks off, as they are on CUDA.
 """
 import os
 import os.path as osp
@@ -20,7 +23,7 @@ from mmengine.fileio import LocalBackend
 from mmengine.runner import Runner
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write')
+FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write', 'nan-at-iter')
 
 
 def die():
@@ -28,6 +31,28 @@ def die():
 
 
 def install(fault: str, n: int) -> None:
+    if fault == 'nan-at-iter':
+        import importlib
+
+        import torch
+
+        from mmdinomamba.engine.hooks.utils import unwrap_model
+
+        # the ops' own finiteness check off, as it is on CUDA
+        importlib.import_module('mmdinomamba.ops.backend')._check_finite = lambda t: False
+        call_hook, started = Runner.call_hook, []
+
+        def poisoning_call_hook(self, fn_name, **kwargs):
+            if fn_name == 'before_train_iter':
+                started.append(1)
+                if len(started) == n:
+                    with torch.no_grad():
+                        next(unwrap_model(self.model).backbone.parameters()).view(-1)[0] \
+                            = float('nan')
+            call_hook(self, fn_name, **kwargs)
+
+        Runner.call_hook = poisoning_call_hook
+        return
     if fault == 'kill-after-iter':
         call_hook, done = Runner.call_hook, []
 

@@ -38,7 +38,7 @@ def test_init_file_is_the_first_steps_weights(tmp_path):
     runner.register_hook(probe)
     runner.train()
     saved = torch.load(osp.join(work, 'init.pth'), map_location='cpu',
-                       weights_only=False)
+                       weights_only=True)
     assert saved['meta'] == dict(epoch=0, iter=0)
     assert saved['state_dict'].keys() == probe.state.keys()
     for key, value in probe.state.items():

@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 
+from mmdinomamba.engine.graphed_blocks import graph_blocks
 from mmdinomamba.models.backbones import DinoVim
 
 
@@ -18,7 +19,7 @@ def tiny(drop_path_rate=0.0):
 def test_no_graph_break_and_one_graph_with_drop_path():
     torch._dynamo.reset()
     model = tiny(drop_path_rate=0.2).train()  # every block has its own rate
-    model.use_cuda_graphs()  # as the -compile configs: steps aside under compile
+    graph_blocks(model)  # as the -compile configs: steps aside under compile
     explanation = torch._dynamo.explain(model)(torch.randn(2, 3, 32, 32))
     assert explanation.graph_break_count == 0, [
         str(b.reason)[:200] for b in explanation.break_reasons]
@@ -68,7 +69,7 @@ def test_compiled_cuda_runs_the_fused_mixer_as_custom_ops_and_matches_eager(mode
     model = tiny(drop_path_rate=0.0).cuda().train()
     # as the -compile configs (CUDAGraphBlocksHook and CompileModulesHook): the
     # graphed blocks step aside under compile; eager calls replay them
-    model.use_cuda_graphs()
+    graph_blocks(model)
     x = torch.randn(2, 3, 32, 32, device='cuda')
     explanation = torch._dynamo.explain(model)(x)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1

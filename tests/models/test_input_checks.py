@@ -50,3 +50,13 @@ def test_huge_dt_in_a_dinovim_stays_finite():
         getattr(model.layers[0].mixer, p).data.fill_(89.0)
     model.layers[0].mixer.ssd_backend = 'chunked'
     assert torch.isfinite(model(torch.randn(2, 3, 32, 32))[0]).all()
+
+
+def test_ssd_mixer_names_an_empty_sequence():
+    """No tokens: a clear error naming the sequence length, not the conv's size
+    error from deeper down."""
+    mixer = SSDMixer(32, d_state=8, headdim=8, chunk_size=16)
+    assert mixer(torch.randn(2, 1, 32)).shape == (2, 1, 32)  # one token is enough
+    with pytest.raises(ValueError, match=r'SSDMixer: the input has no tokens '
+                       r'\(seqlen 0, shape \(2, 0, 32\)\)'):
+        mixer(torch.randn(2, 0, 32))

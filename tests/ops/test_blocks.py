@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mmdinomamba.models.backbones import DinoVim
-from mmdinomamba.ops import blocks, blocks_loop, uses_fused_blocks
+from mmdinomamba.ops import blocks_loop, run_blocks, uses_fused_blocks
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from test_ssd_triton_interpret import TOL, run_in_interpreter  # noqa: E402
@@ -48,8 +48,8 @@ def test_ref_is_the_blocks_one_after_the_other():
     g_want = torch.autograd.grad((want_h.sum() + want_res.square().sum()), weights)
     for a, b in zip(g, g_want):
         assert torch.equal(a, b)
-    assert not uses_fused_blocks(tokens, specs)  # a CPU tensor: blocks() runs the twin
-    [got] = blocks(tokens, params, specs, scales)
+    assert not uses_fused_blocks(tokens, specs)  # a CPU tensor: run_blocks() runs the twin
+    [got] = run_blocks(tokens, params, specs, scales)
     assert all(torch.equal(a, b) for a, b in zip(got, (h, residual)))
     # indices: the outputs of those blocks, none run after the last of them
     pairs = blocks_loop(tokens, params, specs, scales, indices=[1, 0, 1])
@@ -80,7 +80,7 @@ def test_dinovim_draws_one_factor_per_block_and_sample():
         assert torch.isclose(row[:, None], allowed).any(1).all(), (row, p)
     assert (scales[2] == 0).any() and (scales[2] > 0).any()
     torch.manual_seed(3)
-    [got] = model._run_blocks(tokens)
+    [got] = model.run_blocks(tokens, [2])
     [want] = blocks_loop(tokens, *_stack_args(model), scales)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert model.eval()._drop_scales(tokens) is None
@@ -98,6 +98,37 @@ def test_intermediate_outputs_use_the_same_draw_as_the_whole_stack():
     torch.manual_seed(5)
     stacked = model(x)[0]
     assert torch.equal(per_block, stacked)
+
+
+def test_the_stack_runner_is_the_one_seam_for_running_the_blocks():
+    """DinoVim runs its blocks through ``stack_runner(tokens, indices)`` (None: its
+    own one-call ``run_blocks``): a runner gets the sorted, unique indices and its
+    pairs become the outputs; ``loop_blocks`` (the block modules one at a time)
+    gives ``run_blocks``'s numbers with the same draw."""
+    model = tiny(out_indices=[2, 0, 2]).train()
+    x = torch.randn(4, 3, 32, 32)
+    torch.manual_seed(7)
+    want = model(x)
+    calls = []
+
+    def runner(tokens, indices):
+        calls.append(list(indices))
+        return model.loop_blocks(tokens, indices)
+
+    model.stack_runner = runner
+    torch.manual_seed(7)
+    got = model(x)
+    assert calls == [[0, 2]]
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    tokens = torch.randn(4, 18, 32)
+    for indices in ([2], [0, 1, 2]):
+        torch.manual_seed(8)
+        loop = model.loop_blocks(tokens, indices)
+        torch.manual_seed(8)
+        one_call = model.run_blocks(tokens, indices)
+        assert len(loop) == len(indices)
+        assert all(torch.equal(a, b) for pair, other in zip(loop, one_call)
+                   for a, b in zip(pair, other))
 
 
 def test_hooks_on_blocks_see_their_calls():
@@ -281,7 +312,7 @@ def test_fused_stack_equals_the_block_modules_on_the_gpu(amp):
     fused = DinoVim(arch=dict(embed_dims=64, num_layers=4), img_size=32, patch_size=8,
                     drop_path_rate=0.3, mixer_cfg=dict(d_state=16, headdim=32)).cuda()
     loop = copy.deepcopy(fused)
-    loop.fused_blocks = False
+    loop.stack_runner = loop.loop_blocks
     x = torch.randn(8, 3, 32, 32, device='cuda')
     for step in range(2):
         results = []

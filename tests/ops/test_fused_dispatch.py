@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mmdinomamba.ops import (add_rms_norm, resolve_backend, rms_norm, ssd,
+from mmdinomamba.ops import (add_rms_norm, resolve_backend, rms_norm, ssd_scan,
                              use_triton)
 
 
@@ -56,7 +56,7 @@ def test_ssd_rejects_nonfinite_dt_on_cpu():
     dt[0, 1, 0] = float('nan')
     B = torch.randn(1, 4, 1, 4)
     with pytest.raises(ValueError, match='NaN or Inf'):
-        ssd(x, dt, -torch.ones(2), B, B.clone())
+        ssd_scan(x, dt, -torch.ones(2), B, B.clone())
 
 
 def test_fast_paths_have_their_twins_signatures():
@@ -83,3 +83,34 @@ def test_mixer_forward_is_the_core_on_the_projection():
     want = mixer_core_ref(mixer.in_proj(u), mixer.core_params(), mixer.spec)
     assert torch.equal(mixer(u), want)
     assert mixer.spec.nheads == mixer.nheads and mixer.spec.conv_dim == mixer.conv_dim
+
+
+def test_skip_kernels_is_one_switch_for_the_dry_run():
+    """Inside ``skip_kernels`` the fused path is taken on the CPU, every launch is
+    counted and none runs, and the finiteness checks are off (the numbers are
+    garbage); outside, everything is as before. One block at a time."""
+    pytest.importorskip('triton')
+    from mmdinomamba.models.mixers import SSDMixer
+    from mmdinomamba.ops import check_finite, mixer_core, skip_kernels, uses_fused_core
+    from mmdinomamba.ops.spec import dry_run
+    torch.manual_seed(0)
+    mixer = SSDMixer(32, d_state=16, headdim=16)
+    zxbcdt = mixer.in_proj(torch.randn(2, 9, 32)).detach()
+    nan = torch.full((2, ), float('nan'))
+    assert not uses_fused_core(zxbcdt, mixer.spec)
+    with skip_kernels() as dry:
+        assert dry_run() is dry and use_triton(zxbcdt)
+        assert uses_fused_core(zxbcdt, mixer.spec)
+        assert resolve_backend('auto', torch.device('cpu')) == 'triton'
+        check_finite(nan, 'x')  # no error: a dry run's numbers are garbage
+        with torch.no_grad():
+            out = mixer_core(zxbcdt, mixer.core_params(), mixer.spec)
+        # the fused forward: both directions' conv, their scans, their gated norms
+        assert dry.launches == 3 and out.shape == (2, 9, 32)
+        with pytest.raises(RuntimeError, match='already inside'):
+            with skip_kernels():
+                pass
+    assert dry_run() is None and not use_triton(zxbcdt)
+    assert resolve_backend('auto', torch.device('cpu')) == 'chunked'
+    with pytest.raises(ValueError, match='NaN or Inf'):
+        check_finite(nan, 'x')

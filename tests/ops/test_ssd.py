@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from mmdinomamba.ops import (BACKENDS, resolve_backend, segsum, ssd, ssd_chunked,
+from mmdinomamba.ops import (BACKENDS, resolve_backend, segsum, ssd_chunked, ssd_scan,
                              ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 
 CHUNK = 8
@@ -165,7 +165,32 @@ def test_gradients_match_recurrence():
 @pytest.mark.parametrize('backend', ['chunked', 'quadratic', 'ref', 'auto'])
 def test_dispatch(backend):
     args, kwargs = make_inputs(seqlen=6)
-    y = ssd(**args, **kwargs, chunk_size=4, backend=backend)
+    y = ssd_scan(**args, **kwargs, chunk_size=4, backend=backend)
+    torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
+
+
+def test_quadratic_warns_once_when_its_matrices_are_large(monkeypatch):
+    """'quadratic' holds a seqlen x seqlen matrix per head: above a size it warns,
+    once, naming the memory (batch x heads x seqlen^2 x bytes) and 'chunked'; below
+    it, or for another backend, it says nothing. The result is the same."""
+    import warnings
+
+    import mmdinomamba.ops.backend as backend
+    args, kwargs = make_inputs(seqlen=13)  # batch 2, 4 heads, float64: 10816 bytes
+    monkeypatch.setattr(backend, '_QUADRATIC_WARNED', [False])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # the default limit (1 GiB): no warning
+        ssd_scan(**args, **kwargs, backend='quadratic')
+        monkeypatch.setattr(backend, 'QUADRATIC_WARN_BYTES', 10816 - 1)
+        ssd_scan(**args, **kwargs, backend='chunked')
+    with pytest.warns(UserWarning) as caught:
+        y = ssd_scan(**args, **kwargs, backend='quadratic')
+        ssd_scan(**args, **kwargs, backend='quadratic')  # once per process
+    (warning, ) = caught
+    message = str(warning.message)
+    assert "backend 'quadratic'" in message and "backend 'chunked'" in message
+    assert '0.00 GiB' in message
+    assert '(batch 2 x 4 heads x 13^2 tokens x 8 bytes)' in message
     torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
 
 
@@ -182,14 +207,14 @@ def test_auto_scans_float64_with_the_pytorch_backend_where_triton_is_chosen(monk
     """On CUDA 'auto' resolves to 'triton', whose kernels take no float64: float64
     must scan with 'chunked' (Triton is made to look available here; the choice
     reads only the device's type)."""
-    import mmdinomamba.ops.fused as fused
-    monkeypatch.setattr(fused, 'triton_available', lambda: True)
+    import mmdinomamba.ops.backend as backend
+    monkeypatch.setattr(backend, 'triton_available', lambda: True)
     cuda = torch.device('cuda')
     assert resolve_backend('auto', cuda, dtype=torch.float32) == 'triton'
     assert resolve_backend('auto', cuda, dtype=torch.float64) == 'chunked'
     args, kwargs = make_inputs(seqlen=6)
     assert args['x'].dtype == torch.float64
-    y = ssd(**args, **kwargs, chunk_size=4, backend='auto')
+    y = ssd_scan(**args, **kwargs, chunk_size=4, backend='auto')
     torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
 
 
@@ -217,7 +242,7 @@ def test_bad_input_names_the_argument(what, corrupt, name):
     args, kwargs = make_inputs(seqlen=6)
     corrupt(args, kwargs)
     with pytest.raises(ValueError, match=name):
-        ssd(**args, **kwargs, chunk_size=4)
+        ssd_scan(**args, **kwargs, chunk_size=4)
 
 
 # -- extreme steps and decays in float32 ------------------------------------------------

@@ -142,3 +142,47 @@ def test_cast_skips_the_operator_when_the_dtype_is_already_right():
     assert cast(t, torch.float32) is t
     half = cast(t, torch.float16)
     assert half.dtype == torch.float16 and torch.equal(half, t.to(torch.float16))
+
+
+def test_fast_launch_only_for_the_pinned_triton_versions():
+    from mmdinomamba.ops.triton.launch import TRITON_VERSIONS, triton_version_supported
+    assert TRITON_VERSIONS == ((3, 6), (3, 9))
+    for version, supported in [('3.5.1', False), ('3.6.0', True), ('3.7.1', True),
+                               ('3.8.0+git1a2b3c', True), ('3.9.0', False),
+                               ('4.0.0', False), ('2.3.1', False), ('main', False)]:
+        assert triton_version_supported(version) is supported, version
+
+
+def test_tritons_launch_call_is_the_one_the_launcher_repeats(monkeypatch):
+    """The launcher calls a compiled kernel's ``run`` with the arguments
+    ``JITFunction.run`` passes it, and reads a kernel's ``arg_names`` and
+    ``constexprs``. For the installed Triton, in the pinned range, that call is still
+    in ``JITFunction.run`` and our kernels have those attributes as the launcher
+    reads them; outside it, the fast path is off."""
+    import inspect
+    import re
+
+    from triton.runtime.jit import JITFunction
+
+    from mmdinomamba.ops.triton import launch as launch_module
+    from mmdinomamba.ops.triton.ssd_fwd import _ssd_fwd_kernel
+    monkeypatch.delenv('MMDINOMAMBA_TRITON_FAST_LAUNCH', raising=False)
+    launch_module.reread_environment()
+    try:
+        enabled = launch_module.fast_launch_enabled()
+    finally:
+        launch_module.reread_environment()
+    if not launch_module.triton_version_supported(triton.__version__):
+        assert not enabled
+        return
+    assert enabled is not launch_module._INTERPRET
+    source = re.sub(r'\s+', ' ', inspect.getsource(JITFunction.run))
+    assert ('kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, '
+            'kernel.packed_metadata, launch_metadata, knobs.runtime.launch_enter_hook, '
+            'knobs.runtime.launch_exit_hook, *bound_args.values())') in source
+    params = list(inspect.signature(_ssd_fwd_kernel.fn).parameters)
+    assert list(_ssd_fwd_kernel.arg_names) == params
+    assert sorted(_ssd_fwd_kernel.constexprs) == [
+        i for i, name in enumerate(params)
+        if _ssd_fwd_kernel.fn.__annotations__.get(name) is not None
+        and 'constexpr' in str(_ssd_fwd_kernel.fn.__annotations__[name])]

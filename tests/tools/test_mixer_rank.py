@@ -72,3 +72,34 @@ def test_tool_refuses_a_checkpoint_that_does_not_cover_the_backbone(tmp_path, to
         tool.main(args)
     assert not (tmp_path / 'out').exists()
     assert 'json' in tool.main(args + ['--no-strict'])
+
+
+def test_tool_takes_a_dino_config(tmp_path, tool):
+    """A DINO config's model is the self-supervised algorithm, with a multi-view
+    preprocessor; the tool reads its backbone and normalises images one view each
+    (it failed with "'list' object has no attribute 'dim'")."""
+    paths = tool.main([
+        osp.join(REPO, 'configs', 'dino', 'dino_dinovim-toy-p8_1xb8-10e_toy.py'),
+        '--toy', '--num-images', '2', '--layers', '-1', '--chunk', '16', '--out-dir',
+        str(tmp_path / 'rank'), '--device', 'cpu', '--no-progress'])
+    data = json.load(open(paths['json']))
+    assert data['meta']['backbone'] == 'DinoVim' and data['meta']['layers'] == [3]
+    assert {s['key'] for s in data['summary']} == {'forward', 'backward', 'combined'}
+
+
+def test_multi_view_preprocessor_becomes_its_single_image_twin():
+    import torch
+
+    from mmdinomamba.analysis.images import single_view_preprocessor
+    from mmengine.registry import MODELS, init_default_scope
+    init_default_scope('mmpretrain')
+    dino = dict(type='SelfSupDataPreprocessor', mean=[1.0, 2.0, 3.0],
+                std=[2.0, 4.0, 8.0], to_rgb=True)
+    single = MODELS.build(single_view_preprocessor(dino))
+    image = torch.randint(0, 255, (3, 4, 4), dtype=torch.uint8)
+    out = single(dict(inputs=[image]), False)['inputs']
+    expected = (image.flip(0).float() - torch.tensor([1.0, 2.0, 3.0])[:, None, None]) \
+        / torch.tensor([2.0, 4.0, 8.0])[:, None, None]  # BGR -> RGB, then normalise
+    torch.testing.assert_close(out[0], expected)
+    plain = dict(type='ClsDataPreprocessor', mean=[0.0], std=[1.0])
+    assert single_view_preprocessor(plain) is plain

@@ -17,6 +17,9 @@ checkpoint (use ``extract_teacher.py`` for those) are refused. Usage::
     python tools/model_converters/dinomamba2mmdinomamba.py checkpoint.pth out.pth [--student]
 
 then ``init_cfg=dict(type='Pretrained', checkpoint='out.pth')`` on the backbone.
+The file is read by :func:`mmdinomamba.engine.load_official_checkpoint`: the
+``args`` namespace of a DINO checkpoint becomes a plain dict and nothing in the
+file is run; a file that holds other objects is refused, naming them.
 """
 import argparse
 import os.path as osp
@@ -198,10 +201,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not osp.isfile(args.src):
         parser.error(f'checkpoint not found: {args.src}')
-    from mmdinomamba.engine import save_atomic
+    from mmdinomamba.engine import (UnsafeCheckpointError, load_official_checkpoint,
+                                    save_atomic)
     try:
-        state = convert(torch.load(args.src, map_location='cpu', weights_only=False),
-                        'student' if args.student else 'teacher')
+        checkpoint = load_official_checkpoint(args.src)
+    except (UnsafeCheckpointError, ValueError) as err:
+        parser.error(str(err))
+    try:
+        state = convert(checkpoint, 'student' if args.student else 'teacher')
     except (KeyError, ValueError) as err:
         parser.error(f'{args.src}: {err}')
     layout = validate(state)

@@ -55,9 +55,15 @@ def main(argv=None):
     if not osp.isfile(args.checkpoint):
         parser.error(f'checkpoint not found: {args.checkpoint}')
 
-    from mmdinomamba.engine import allow_mmengine_checkpoint_types, save_atomic
-    allow_mmengine_checkpoint_types()
-    ckpt = torch.load(args.checkpoint, map_location='cpu', weights_only=True)
+    from mmdinomamba.engine import (UnsafeCheckpointError, load_checkpoint_file,
+                                    save_atomic)
+    try:
+        ckpt = load_checkpoint_file(args.checkpoint, map_location='cpu')
+    except (UnsafeCheckpointError, ValueError) as err:
+        parser.error(str(err))
+    if not isinstance(ckpt, dict):
+        parser.error(f'{args.checkpoint}: a checkpoint must be a dict, got '
+                     f'{type(ckpt).__name__}')
     branch = 'student' if args.student else 'teacher'
     try:
         state = convert(ckpt.get('state_dict', ckpt), branch)

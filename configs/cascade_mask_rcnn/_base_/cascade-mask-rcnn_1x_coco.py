@@ -19,8 +19,10 @@ val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = dict(dataset=dict(data_root=data_root))
 val_evaluator = dict(ann_file=data_root + _base_.val_dataloader.dataset.ann_file)
 test_evaluator = dict(ann_file=data_root + _base_.test_dataloader.dataset.ann_file)
-# checkpoints written atomically, with the RNG states for an exact --resume
-default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'))
+# checkpoints written atomically, with the RNG states for an exact --resume;
+# training stopped at the first non-finite loss or gradient, before it is saved
+default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'),
+                     non_finite=dict(type='NonFiniteStopHook'))
 
 # 8 GPUs x 2 images = 16 = auto_scale_lr.base_batch_size (from schedule_1x)
 optim_wrapper = dict(

@@ -1,7 +1,7 @@
-# The three backbones of the small comparison recipe, written once: the DINO
+# The four backbones of the small comparison recipe, written once: the DINO
 # configs (dino_*.py) and their linear probes (linear-probe_*.py) take them from
-# here. Same width (192), depth (12) and patching (8 px at 64 px: 64 patches +
-# [CLS]); only the token mixer differs.
+# here. Same width (192), depth (12) and patching (8 px at 64 px: 64 patches, + [CLS]
+# where the model has one); only the block and its token mixer differ.
 
 # mmpretrain's VisionTransformer (softmax attention), 3 heads, MLP 768
 vit_backbone = dict(
@@ -28,6 +28,17 @@ dinovim_backbone = dict(
 linearvit_backbone = dict(
     type='LinearViT',
     arch=dict(embed_dims=192, num_layers=12, num_heads=3, mlp_ratio=4),
+    img_size=64,
+    patch_size=8,
+    out_type='cls_token',
+    drop_path_rate=0.0)
+# MLLA's block and mixer on the same plain layout (PlainMLLA): CPE, the SiLU-gated
+# linear attention with RoPE and LePE, the MLP; 6 heads of 32 (MLLA's head width),
+# MLP ratio 4. No [CLS] and no position table (CPE, RoPE and LePE carry position):
+# the readout is the mean of the 64 patch tokens, as MLLA pools.
+mlla_backbone = dict(
+    type='PlainMLLA',
+    arch=dict(embed_dims=192, num_layers=12, num_heads=6, mlp_ratio=4),
     img_size=64,
     patch_size=8,
     out_type='cls_token',

@@ -8,7 +8,7 @@ _base_ = [
     '../../_base_/models/dino_dinovim-base-p16.py',
     '../../_base_/datasets/imagenet_bs48_dino-multicrop.py',
     '../../_base_/schedules/dino_adamw-coslr-100e.py',
-    'mmpretrain::_base_/default_runtime.py',
+    '../../_base_/default_runtime.py',
 ]
 
 data_root = 'data/toy_rich_compare'

@@ -19,8 +19,10 @@ train_dataloader = dict(batch_size=2, dataset=dict(data_root=data_root))
 val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = dict(dataset=dict(data_root=data_root))
 auto_scale_lr = dict(enable=False, base_batch_size=16)
-# checkpoints written atomically, with the RNG states for an exact --resume
-default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'))
+# checkpoints written atomically, with the RNG states for an exact --resume;
+# training stopped at the first non-finite loss or gradient, before it is saved
+default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'),
+                     non_finite=dict(type='NonFiniteStopHook'))
 
 optim_wrapper = dict(
     _delete_=True,

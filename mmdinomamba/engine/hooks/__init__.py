@@ -5,8 +5,11 @@ from .dino_teacher_momentum_hook import DINOTeacherMomentumHook
 from .dino_teacher_temp_hook import DINOTeacherTempHook
 from .initial_weights_hook import InitialWeightsHook
 from .knn_monitor_hook import KNNMonitorHook
+from .non_finite_stop_hook import NonFiniteStopHook
 from .resumable_checkpoint_hook import ResumableCheckpointHook
+from .strict_load_hook import StrictLoadHook
 
 __all__ = ['CUDAGraphBlocksHook', 'CompileModulesHook', 'DINOFreezeLastLayerHook',
            'DINOTeacherMomentumHook', 'DINOTeacherTempHook', 'InitialWeightsHook',
-           'KNNMonitorHook', 'ResumableCheckpointHook']
+           'KNNMonitorHook', 'NonFiniteStopHook', 'ResumableCheckpointHook',
+           'StrictLoadHook']

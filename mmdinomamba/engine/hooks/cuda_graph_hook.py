@@ -1,14 +1,14 @@
 """Replay the backbones' blocks from CUDA graphs in training, selected in the config."""
 from mmengine.hooks import Hook
 
-from mmdinomamba.models.graphed_blocks import use_cuda_graphs
+from mmdinomamba.engine.graphed_blocks import graph_blocks
 from .utils import unwrap_model
 
 
 class CUDAGraphBlocksHook(Hook):
-    """Before training, switch every backbone of the model that can replay its blocks
-    from CUDA graphs (``use_cuda_graphs``: DinoVim) to do so; for DINO that is the
-    student's and the teacher's::
+    """Before training, set every backbone of the model that offers a stack runner
+    (``stack_runner``: DinoVim) to replay its blocks from CUDA graphs; for DINO that
+    is the student's and the teacher's::
 
         custom_hooks = [..., dict(type='CUDAGraphBlocksHook')]
 
@@ -16,19 +16,20 @@ class CUDAGraphBlocksHook(Hook):
     block, 24 blocks); replayed, each backbone pass is one launch. The kernels and
     the numbers are eager's, nothing compiles, and the captures (one per crop size,
     during the first iteration) take seconds
-    (:mod:`mmdinomamba.models.graphed_blocks`). On a CPU the blocks run eagerly, and
-    a model without such a backbone (ViT) is left as it is, with a warning.
+    (:mod:`mmdinomamba.engine.graphed_blocks`). On a CPU the blocks run eagerly. The
+    shipped DinoVim DINO configs add it (``configs/dino/_base_/``); a model without
+    such a backbone is left as it is, with a warning.
     """
     priority = 'VERY_HIGH'
 
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
-        names = [n or type(model).__name__ for n in use_cuda_graphs(model)]
-        if not names:  # e.g. the ViT-B config, which inherits DinoVim-B's hooks
+        names = [n or type(model).__name__ for n in graph_blocks(model)]
+        if not names:
             runner.logger.warning(
                 f'CUDAGraphBlocksHook: no module of the model ({type(model).__name__}) '
-                'replays its blocks from CUDA graphs (none has `use_cuda_graphs`, as '
-                'DinoVim has); everything runs eagerly')
+                'offers a stack runner (`stack_runner`, as DinoVim does), so nothing '
+                'replays from CUDA graphs; everything runs eagerly')
             return
         runner.logger.info('CUDAGraphBlocksHook: blocks replayed from CUDA graphs in '
                            f'{", ".join(f"`{n}`" for n in names)}')

@@ -1,4 +1,6 @@
 """mmengine's CheckpointHook made safe to resume from: atomic writes, per-rank state."""
+import difflib
+import inspect
 import os
 import os.path as osp
 from typing import Any, Dict, List, Optional
@@ -11,12 +13,17 @@ from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 
 from ..checkpoint import write_atomic
+from ..finite import non_finite
 from ..rng_state import gather_rng_states, get_rng_state, set_rng_state
 from .utils import unwrap_model
 
 RNG_KEY = 'rng_states'
 BUFFERS_KEY = 'rank_buffers'
 TMP_PREFIX = '.tmp-ckpt-'  # a checkpoint being written; a killed run can leave one
+# what CheckpointHook takes (its **kwargs go to Runner.save_checkpoint, which gets
+# all of its own arguments from the hook already: any other key is a typo)
+HOOK_ARGS = tuple(name for name in inspect.signature(CheckpointHook.__init__).parameters
+                  if name not in ('self', 'kwargs'))
 
 
 def gather_rank_local_buffers(model: nn.Module) -> List[Dict[str, torch.Tensor]]:
@@ -44,7 +51,8 @@ def gather_rank_local_buffers(model: nn.Module) -> List[Dict[str, torch.Tensor]]
 class ResumableCheckpointHook(CheckpointHook):
     """``CheckpointHook`` whose checkpoints a killed run resumes from exactly.
 
-    Takes ``CheckpointHook``'s arguments and changes three things.
+    Takes ``CheckpointHook``'s arguments (an unknown one, e.g. ``intervall``, fails
+    when the hook is built, naming the closest) and changes five things.
 
     1. **Order and atomicity.** mmengine 0.10 deletes the oldest checkpoint
        (``max_keep_ckpts``) first, then writes ``epoch_N.pth`` in place, so a kill
@@ -68,19 +76,41 @@ class ResumableCheckpointHook(CheckpointHook):
        ``checkpoint['meta']['rank_buffers']`` (only those that differ from rank
        0's) and each rank loads its own.
 
+    4. **Only finite weights are saved.** Before any checkpoint is written (and
+       before anything is deleted), one fused check covers every floating-point
+       tensor of the model's ``state_dict``; a NaN or an infinity raises
+       ``FloatingPointError`` naming them, and the last good checkpoint stays.
+    5. **The best checkpoint too** (``save_best``): the new best file is written
+       atomically, and the previous best is deleted only after it. mmengine
+       deletes first, so a kill during the write leaves a 0-byte best file or none.
+       A resumed run whose recorded best checkpoint is missing or empty says so
+       and forgets that record, so the next validation writes a new best; a
+       resumed run without a best checkpoint that does not validate again (it
+       was killed writing the best of its last epoch) validates once at the end.
+       Either way the run ends with a complete best checkpoint.
+
     Persistent data workers (``persistent_workers=True`` with ``num_workers > 0``)
     keep their generators in their own processes, where no checkpoint sees them:
     a resumed run's augmentations then differ, and the hook warns (every start).
     Non-persistent workers resume exactly (with mmengine's ``worker_init_fn`` or
     :func:`~mmdinomamba.engine.rng_state.epoch_worker_init_fn`).
     Checkpoints on remote backends (``backend_args``) are written as mmengine
-    writes them; the ``save_best`` checkpoint is mmengine's too.
+    writes them.
     """
 
     def __init__(self, *args, **kwargs):
+        unknown = sorted(set(kwargs) - set(HOOK_ARGS))
+        if unknown:
+            close = {k: difflib.get_close_matches(k, HOOK_ARGS, n=1) for k in unknown}
+            guesses = '; '.join(f'{k!r}: did you mean {c[0]!r}?' for k, c in close.items()
+                                if c)
+            raise TypeError(f'{type(self).__name__}: unknown arguments {unknown}'
+                            f'{" (" + guesses + ")" if guesses else ""}; it takes '
+                            f'{list(HOOK_ARGS)}')
         super().__init__(*args, **kwargs)
         self._resumed_states: Optional[List[Dict[str, Any]]] = None
         self._val_state: Optional[Dict[str, Any]] = None
+        self._best_lost = False
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Keep a resumed checkpoint's RNG states; put this rank's buffers in place.
@@ -100,14 +130,19 @@ class ResumableCheckpointHook(CheckpointHook):
     def before_train(self, runner) -> None:
         super().before_train(runner)
         self._warn_persistent_workers(runner)
-        if is_main_process() and isinstance(self.file_backend, LocalBackend) \
-                and osp.isdir(self.out_dir):
+        local = isinstance(self.file_backend, LocalBackend)
+        if is_main_process() and local and osp.isdir(self.out_dir):
             for name in sorted(os.listdir(self.out_dir)):
                 if name.startswith(TMP_PREFIX):
                     runner.logger.warning(f'{type(self).__name__}: removing '
                                           f'{name}, a checkpoint write that was '
                                           'interrupted')
                     os.remove(osp.join(self.out_dir, name))
+        if getattr(runner, '_resume', False) and runner._has_loaded:
+            # the resumed run's checkpoint, re-saved when a new best is recorded
+            self.last_ckpt = runner.message_hub.get_info('last_ckpt')
+        if local and self.save_best:
+            self._forget_lost_best(runner)
         if not getattr(runner, '_resume', False) or not runner._has_loaded:
             return
         states = self._resumed_states
@@ -135,6 +170,47 @@ class ResumableCheckpointHook(CheckpointHook):
                 'draws other augmentations. Set train_dataloader.persistent_'
                 'workers=False for exact resume.')
 
+    def _best_keys(self, key: str):
+        """The message hub's keys of the best score and checkpoint of ``key``."""
+        if len(self.key_indicators) == 1:
+            return 'best_score', 'best_ckpt'
+        return f'best_score_{key}', f'best_ckpt_{key}'
+
+    def _forget_lost_best(self, runner) -> None:
+        """On resume: note a best checkpoint that is missing, and drop the record
+        of one whose file is missing or empty."""
+        if not getattr(runner, '_resume', False) or not runner._has_loaded:
+            return
+        info = runner.message_hub.runtime_info
+        for key in self.key_indicators:
+            score_key, ckpt_key = self._best_keys(key)
+            path = info.get(ckpt_key)
+            if path is not None and osp.isfile(path) and osp.getsize(path) > 0:
+                continue
+            self._best_lost = True  # no best checkpoint yet, or a lost one
+            if path is None:
+                continue
+            runner.logger.warning(
+                f'{type(self).__name__}: the best checkpoint {path} of the resumed '
+                'run is missing or empty (its write was interrupted): the next '
+                'validation writes a new best checkpoint')
+            if is_main_process() and osp.isfile(path):
+                os.remove(path)
+            info.pop(score_key, None)
+            info.pop(ckpt_key, None)
+            if len(self.key_indicators) == 1:
+                self.best_ckpt_path = None
+            else:
+                self.best_ckpt_path_dict[key] = None
+
+    def after_train(self, runner) -> None:
+        if self._best_lost and runner.val_loop is not None:
+            runner.logger.warning(f'{type(self).__name__}: the resumed run has no '
+                                  'best checkpoint and did not validate: validating '
+                                  'once to write it')
+            runner.val_loop.run()
+        super().after_train(runner)
+
     def before_val(self, runner) -> None:
         self._val_state = get_rng_state()
 
@@ -143,7 +219,21 @@ class ResumableCheckpointHook(CheckpointHook):
             set_rng_state(self._val_state)
             self._val_state = None
 
+    def _check_finite(self, runner, path: str) -> None:
+        """Raise before ``path`` is written if the model holds non-finite tensors
+        (a collective call: every rank checks, all agree)."""
+        bad = non_finite(unwrap_model(runner.model).state_dict().items(),
+                         distributed=True)
+        if bad:
+            last = runner.message_hub.get_info('last_ckpt')
+            raise FloatingPointError(
+                f'{type(self).__name__}: not writing {path}: the model holds NaN or '
+                f'infinite values in {len(bad)} tensors ({", ".join(bad[:8])}). '
+                + (f'The last good checkpoint, {last}, is kept.' if last else
+                   'No checkpoint was written.'))
+
     def _save_checkpoint_with_step(self, runner, step, meta):
+        self._check_finite(runner, osp.join(self.out_dir, self.filename_tmpl.format(step)))
         if not isinstance(self.file_backend, LocalBackend):
             super()._save_checkpoint_with_step(runner, step, meta)
             return
@@ -180,3 +270,47 @@ class ResumableCheckpointHook(CheckpointHook):
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if self.file_backend.isfile(path):
                 self.file_backend.remove(path)
+
+    def _save_best_checkpoint(self, runner, metrics) -> None:
+        if not self.save_best or not isinstance(self.file_backend, LocalBackend):
+            super()._save_best_checkpoint(runner, metrics)
+            return
+        step = runner.epoch if self.by_epoch else runner.iter
+        meta = dict(epoch=runner.epoch, iter=runner.iter)
+        if 'auto' in self.key_indicators:
+            self._init_rule(self.rules, [list(metrics.keys())[0]])
+        updated = False
+        for key, rule in zip(self.key_indicators, self.rules):
+            score_key, ckpt_key = self._best_keys(key)
+            score = metrics[key]
+            best = runner.message_hub.runtime_info.get(score_key,
+                                                       self.init_value_map[rule])
+            if score is None or not self.is_better_than[key](score, best):
+                continue
+            updated = True
+            single = len(self.key_indicators) == 1
+            old = self.best_ckpt_path if single else self.best_ckpt_path_dict[key]
+            name = f'best_{key}_{self.filename_tmpl.format(step)}'.replace('/', '_')
+            path = osp.join(self.out_dir, name)
+            self._check_finite(runner, path)
+            runner.message_hub.update_info(score_key, score)
+            runner.message_hub.update_info(ckpt_key, path)
+            if single:
+                self.best_ckpt_path = path
+            else:
+                self.best_ckpt_path_dict[key] = path
+            if is_main_process():
+                write_atomic(path, lambda tmp: runner.save_checkpoint(
+                    osp.dirname(tmp), osp.basename(tmp), self.file_client_args,
+                    save_optimizer=False, save_param_scheduler=False, meta=meta,
+                    by_epoch=False, backend_args=self.backend_args), prefix=TMP_PREFIX)
+                if old and old != path and osp.isfile(old):
+                    os.remove(old)  # only now that the new best is complete
+                    runner.logger.info(f'The previous best checkpoint {old} is removed')
+            runner.logger.info(f'The best checkpoint with {score:0.4f} {key} at '
+                               f'{step} {"epoch" if self.by_epoch else "iter"} is saved '
+                               f'to {name}.')
+            self._best_lost = False
+        # the regular checkpoint again, so that it records the new best (as mmengine)
+        if updated and self.last_ckpt is not None:
+            self._save_checkpoint_with_step(runner, step, meta)

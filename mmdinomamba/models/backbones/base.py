@@ -27,7 +27,7 @@ OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
 DENSE_SCOPES = ('mmseg', 'mmdet')  # default scopes whose models need feature maps
 
 
-READOUT_TYPES = ('cls', 'registers')
+READOUT_TYPES = ('cls', 'registers', 'mean')
 
 
 @dataclass
@@ -43,8 +43,9 @@ class TokenLayout:
         patches (Tensor): (h * w,) long, positions of the patch tokens in raster
             order: ``tokens[:, patches].reshape(batch, h, w, dim)`` is the grid.
         hw (tuple): the patch grid (h, w).
-        readout_type (str): 'cls' (one [CLS] token) or 'registers' (the mean of
-            register tokens). Defaults to 'cls'.
+        readout_type (str): 'cls' (one [CLS] token), 'registers' (the mean of
+            register tokens) or 'mean' (no readout token: the mean of all patch
+            tokens, a pooled backbone's feature). Defaults to 'cls'.
     """
     readout: Tensor
     patches: Tensor
@@ -61,10 +62,19 @@ class Intermediates(NamedTuple):
         layout (TokenLayout): where the readout and patch tokens sit in it.
         mixer_inputs (dict): block index -> (batch, seqlen, dim), the input of
             that block's token mixer (its normed stream); empty unless asked for.
+        layouts (dict, optional): block index -> :class:`TokenLayout`, for a
+            backbone whose blocks work on grids of different sizes (stages of a
+            hierarchical backbone); None when every block has ``layout``.
+            Read it through :meth:`layout_of`.
     """
     features: Dict[int, Tensor]
     layout: TokenLayout
     mixer_inputs: Dict[int, Tensor]
+    layouts: Optional[Dict[int, TokenLayout]] = None
+
+    def layout_of(self, index: int) -> TokenLayout:
+        """The layout of block ``index``'s tokens (and of its mixer's input)."""
+        return self.layout if self.layouts is None else self.layouts[index]
 
 
 def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],

@@ -5,19 +5,20 @@ Potentials of Visual Mamba Models" (CVPR 2026), https://arxiv.org/abs/2511.18380
 With ``num_registers > 0`` it is DinoMamba-Reg.
 """
 import copy
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
-from mmdinomamba.models.graphed_blocks import GraphedBlocks
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
-from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, blocks
+from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, run_blocks
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
+# (tokens, indices) -> per index, ascending, the block's (h, residual)
+StackRunner = Callable[[Tensor, Sequence[int]], List[Tuple[Tensor, Tensor]]]
 
 FEATURE_SOURCES = ('residual', 'normed', 'mixer')
 # nn.Module's global hooks (torch.nn.modules.module.register_module_forward_hook...)
@@ -33,7 +34,7 @@ class MambaBlock(nn.Module):
     first block, whose input is the stream itself). ``scale`` (batch,) is the
     stochastic-depth factor of ``h``; None: the block draws its own. The add and the
     norm are one fused kernel on CUDA (:func:`mmdinomamba.ops.add_rms_norm`).
-    :func:`mmdinomamba.ops.blocks` runs a stack of these in one call.
+    :func:`mmdinomamba.ops.run_blocks` runs a stack of these in one call.
     """
 
     def __init__(self, dim: int, mixer_cfg: dict, drop_path: float = 0.0,
@@ -55,13 +56,13 @@ class MambaBlock(nn.Module):
         return self.mixer(normed), residual
 
     def params(self) -> BlockParams:
-        """The block's parameters as :func:`mmdinomamba.ops.blocks` takes them."""
+        """The block's parameters as :func:`mmdinomamba.ops.run_blocks` takes them."""
         in_proj = self.mixer.in_proj
         return BlockParams(self.norm.weight, in_proj.weight, in_proj.bias,
                            self.mixer.core_params())
 
     def spec(self) -> BlockSpec:
-        """The block's sizes as :func:`mmdinomamba.ops.blocks` takes them."""
+        """The block's sizes as :func:`mmdinomamba.ops.run_blocks` takes them."""
         return BlockSpec(self.norm.eps, self.mixer.spec)
 
 
@@ -105,11 +106,15 @@ class DinoVim(PlainBackbone):
         norm_eps (float): RMSNorm eps. Defaults to 1e-5.
         frozen_stages (int): freeze embeddings and this many blocks. Defaults to -1.
         init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``.
-        fused_blocks (bool): run the blocks in one call of
-            :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
-            kernels: the least host work per eager step), for the last block's
-            output and for several blocks' alike. False calls the block modules one
-            at a time: the same numbers, for comparison. Defaults to True.
+
+    Attributes:
+        stack_runner (callable, optional): the one seam for how the blocks run:
+            ``stack_runner(tokens, indices)`` returns, per index (sorted, unique),
+            the block's ``(h, residual)``, as :meth:`run_blocks` does. None (the
+            default) runs :meth:`run_blocks`; :meth:`loop_blocks` calls the block
+            modules one at a time (the same numbers); a runner that replays CUDA
+            graphs is :class:`mmdinomamba.engine.graphed_blocks.GraphedStack`
+            (set by ``CUDAGraphBlocksHook``).
     """
     arch_zoo = {
         **dict.fromkeys(['t', 'tiny'], dict(embed_dims=256, num_layers=24)),
@@ -135,11 +140,9 @@ class DinoVim(PlainBackbone):
                  mixer_cfg: Optional[dict] = None,
                  norm_eps: float = 1e-5,
                  frozen_stages: int = -1,
-                 init_cfg: Optional[dict] = None,
-                 fused_blocks: bool = True):
+                 init_cfg: Optional[dict] = None):
         super().__init__(arch, img_size, patch_size, out_indices, out_type,
                          final_norm, frozen_stages, init_cfg)
-        self.fused_blocks = fused_blocks
         if feature_source not in FEATURE_SOURCES:
             raise ValueError(f'DinoVim: unknown feature_source {feature_source!r}; '
                              f'choose one of {FEATURE_SOURCES}')
@@ -165,7 +168,7 @@ class DinoVim(PlainBackbone):
             for i in range(self.num_layers))
         self.norm_f = RMSNorm(dim, eps=norm_eps)
         self.drop_path = drop_path_or_identity(drop_path_rate)
-        self._graphed: Optional[GraphedBlocks] = None
+        self.stack_runner: Optional[StackRunner] = None
         self._keep_probs: Dict[torch.device, Tensor] = {}  # per device, made once
         # the modules the block loop calls (their hooks keep the blocks in the loop)
         self._hookable = [m for layer in self.layers
@@ -173,20 +176,6 @@ class DinoVim(PlainBackbone):
         self._init_embeddings()
         self._rescale_out_proj()
         self._freeze_stages()
-
-    def use_cuda_graphs(self, enabled: bool = True) -> None:
-        """Run all blocks from CUDA graphs on CUDA inputs, one capture per input
-        signature (:class:`~mmdinomamba.models.graphed_blocks.GraphedBlocks`: same
-        numbers, one launch per pass instead of a few dozen per block). Applies when
-        every block runs and only the last one's output is asked for (training and
-        plain inference); other calls stay eager."""
-        self._graphed = (GraphedBlocks(self.layers, self._run_all_blocks) if enabled
-                        else None)
-
-    @property
-    def uses_cuda_graphs(self) -> bool:
-        """Whether :meth:`use_cuda_graphs` switched the blocks to CUDA graphs."""
-        return self._graphed is not None
 
     def _rescale_out_proj(self):
         # GPT-2 style: each residual branch's last projection scaled by 1/sqrt(depth)
@@ -249,24 +238,19 @@ class DinoVim(PlainBackbone):
                        feature_source: Optional[str] = None) -> List[Tensor]:
         """Run the blocks; return the (batch, seqlen, dim) output of each index.
 
-        Stops after the last requested block. The blocks run in one call of
-        :func:`mmdinomamba.ops.blocks` (on CUDA one autograd node of fused
-        kernels), or, when only the last block's output is asked for, replayed from
-        CUDA graphs after :meth:`use_cuda_graphs`. Hooks registered on a block, its
-        mixer or ``in_proj`` see the calls they would see eagerly: with any of
-        them, or with ``fused_blocks=False``, the block modules run one at a time.
+        Stops after the last requested block. The blocks run through
+        :attr:`stack_runner` (by default :meth:`run_blocks`: one call of
+        :func:`mmdinomamba.ops.run_blocks`, on CUDA one autograd node of fused
+        kernels). Hooks registered on a block, its mixer or ``in_proj`` see the calls
+        they would see eagerly: with any of them the block modules run one at a time
+        (:meth:`loop_blocks`).
         """
         source = feature_source or self.feature_source
         wanted = sorted(set(indices))
-        last = self.num_layers - 1
-        if not self.fused_blocks or self._hooked():
-            loop = self._block_loop(tokens, wanted[-1] + 1)
-            pairs = [pair for i, pair in enumerate(loop) if i in wanted]
-        elif (wanted == [last] and self._graphed is not None
-              and self._graphed.takes(tokens)):
-            pairs = [self._graphed(tokens, self.training)]
+        if self._hooked():
+            pairs = self.loop_blocks(tokens, wanted)
         else:
-            pairs = self._run_blocks(tokens, wanted)
+            pairs = (self.stack_runner or self.run_blocks)(tokens, wanted)
         outs = {i: self._block_output(h, residual, i, source)
                 for i, (h, residual) in zip(wanted, pairs)}
         return [outs[i] for i in indices]
@@ -279,30 +263,27 @@ class DinoVim(PlainBackbone):
         return any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
                    or m._backward_pre_hooks for m in self._hookable)
 
-    def _block_loop(self, tokens: Tensor, count: int):
-        """Yield ``(h, residual)`` after each of the first ``count`` blocks, called
-        one at a time (with the stochastic-depth draw of the whole stack)."""
+    def run_blocks(self, tokens: Tensor, indices: Sequence[int]
+                   ) -> List[Tuple[Tensor, Tensor]]:
+        """``(h, residual)`` after each block of ``indices`` (sorted, unique), the
+        blocks run in one call of :func:`mmdinomamba.ops.run_blocks` with one
+        stochastic-depth draw for the whole stack."""
+        return run_blocks(tokens, [layer.params() for layer in self.layers],
+                          [layer.spec() for layer in self.layers],
+                          self._drop_scales(tokens), indices)
+
+    def loop_blocks(self, tokens: Tensor, indices: Sequence[int]
+                    ) -> List[Tuple[Tensor, Tensor]]:
+        """As :meth:`run_blocks`, with the block modules called one at a time (what
+        their hooks see): the same draw, the same numbers."""
         h, residual = tokens, None
         scales = self._drop_scales(tokens)
-        for i, layer in enumerate(self.layers[:count]):
+        pairs = []
+        for i, layer in enumerate(self.layers[:indices[-1] + 1]):
             h, residual = layer(h, residual, scales[i] if scales is not None else None)
-            yield h, residual
-
-    def _run_blocks(self, tokens: Tensor, indices: Optional[Sequence[int]] = None
-                    ) -> List[Tuple[Tensor, Tensor]]:
-        """``(h, residual)`` after each block of ``indices`` (default: the last),
-        through :func:`mmdinomamba.ops.blocks`."""
-        return blocks(tokens, [layer.params() for layer in self.layers],
-                      [layer.spec() for layer in self.layers], self._drop_scales(tokens),
-                      indices)
-
-    def _run_all_blocks(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
-        """The last block's ``(h, residual)``, the way :meth:`forward_tokens` runs
-        every block (what :class:`GraphedBlocks` captures)."""
-        if not self.fused_blocks:
-            *_, last = self._block_loop(tokens, self.num_layers)
-            return last
-        return self._run_blocks(tokens)[-1]
+            if i in indices:
+                pairs.append((h, residual))
+        return pairs
 
     def _drop_scales(self, tokens: Tensor) -> Optional[Tensor]:
         """The blocks' stochastic-depth factors for this batch, one draw for all:

@@ -1,7 +1,8 @@
 """The mixing-matrix protocol every token mixer offers to analysis.
 
-Softmax attention, linear attention and Mamba-2 (SSD) all compute ``Y = M X``
-over the token axis, per head. A mixer that follows :class:`TokenMixer` says
+Softmax attention, linear attention, Mamba-2 (SSD) and MLLA's linear attention
+all compute ``Y = M X`` over the token axis, per head (MLLA's whole matrix per
+channel). A mixer that follows :class:`TokenMixer` says
 what it is (:meth:`~TokenMixer.mixing_info`) and hands out its matrices ``M``
 and the values ``X`` they act on, so analysis never looks inside it:
 
@@ -12,11 +13,17 @@ and the values ``X`` they act on, so analysis never looks inside it:
   with ``M X`` the mixer's per-head token mixing for that key (what exactly it
   reproduces is documented by each mixer).
 
-``u`` is the mixer's own input, (batch, seqlen, dim). Matrices and values are
-computed in the dtype of the mixer's parameters (cast the mixer and ``u`` to
-float64 for exact rank work) and in the caller's grad mode: with gradients
-enabled they are differentiable in the mixer's parameters and in ``u``, which is
-how :mod:`mmdinomamba.analysis.expressivity` fits a mixer's matrix to a target
+``u`` is the mixer's own input, (batch, seqlen, dim). A mixer whose tokens lie
+on a 2-D grid (``MixerInfo.grid``: positional encodings, convolutions over the
+grid) takes the grid as its forward does: ``mixing_matrices(u, hw)`` and
+``mixing_values(u, hw)`` with ``hw = (height, width)`` and the tokens in raster
+order. A matrix may be per channel rather than per head (MLLA's ``'whole'``:
+(batch, dim, seqlen, seqlen) with X (batch, dim, seqlen, 1)); its second axis
+says how many there are. Matrices and values are computed in the dtype of the
+mixer's parameters (cast the mixer and ``u`` to float64 for exact rank work) and
+in the caller's grad mode: with gradients enabled they are differentiable in the
+mixer's parameters and in ``u``, which is how
+:mod:`mmdinomamba.analysis.expressivity` fits a mixer's matrix to a target
 through this protocol; the measuring helpers of :mod:`mmdinomamba.analysis.mixing`
 call them under ``torch.no_grad()``. An implementation therefore must not switch
 gradients off itself (no ``@torch.no_grad()``).
@@ -28,7 +35,7 @@ import torch
 
 Tensor = torch.Tensor
 
-MIXER_KINDS = ('softmax', 'linear', 'ssd')
+MIXER_KINDS = ('softmax', 'linear', 'ssd', 'mlla')
 
 
 @dataclass(frozen=True)
@@ -36,16 +43,29 @@ class MixerInfo:
     """What the rank bounds need to know about a mixer.
 
     Attributes:
-        kind (str): one of :data:`MIXER_KINDS`.
-        nheads (int): heads (matrices per key).
-        d_qk (int): query/key channels per head (softmax, linear); for ssd the
-            state size N (the width of C and B).
+        kind (str): one of :data:`MIXER_KINDS`: 'softmax', 'linear' (rank <=
+            d_qk), 'ssd' (causal, N-semiseparable), 'mlla' (linear attention per
+            head, key 'attention', plus per-channel local terms, key 'whole').
+        nheads (int): heads (matrices per key; a per-channel key has more).
+        d_qk (int): query/key channels per head (softmax, linear, mlla); for ssd
+            the state size N (the width of C and B).
         keys (tuple): names of the matrices ``mixing_matrices`` returns.
+        grid (bool): the mixer takes the token grid ``hw`` (see the module
+            docstring). Defaults to False.
+        causal (bool): an 'mlla' attention part carries a forget gate's causal
+            decay mask (d_qk-semiseparable, generically full rank). Defaults to
+            False.
+        local_kernel (int): side k of the per-channel depthwise k x k stencil in
+            'whole' (LePE), 0 when there is none; it reaches ``(k // 2) * (W + 1)``
+            raster positions from the diagonal on a W-wide grid. Defaults to 0.
     """
     kind: str
     nheads: int
     d_qk: int
     keys: Tuple[str, ...]
+    grid: bool = False
+    causal: bool = False
+    local_kernel: int = 0
 
 
 @runtime_checkable
@@ -56,8 +76,8 @@ class TokenMixer(Protocol):
     def mixing_info(self) -> MixerInfo:
         ...
 
-    def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
+    def mixing_matrices(self, u: Tensor, *grid) -> Dict[str, Tensor]:
         ...
 
-    def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
+    def mixing_values(self, u: Tensor, *grid) -> Dict[str, Tensor]:
         ...

@@ -190,6 +190,9 @@ class SSDMixer(nn.Module):
         if u.dim() != 3 or u.shape[-1] != self.dim:
             raise ValueError(f'SSDMixer: input must have shape (batch, seqlen, '
                              f'{self.dim}), got {tuple(u.shape)}')
+        if u.shape[1] == 0:
+            raise ValueError(f'SSDMixer: the input has no tokens (seqlen 0, shape '
+                             f'{tuple(u.shape)}); give it at least one token')
         check_finite(u, 'SSDMixer: the input')
         return mixer_core(self.in_proj(u), self.core_params(), self.spec)
 
@@ -282,8 +285,3 @@ def _init_dt_bias(nheads: int, dt_min: float, dt_max: float, floor: float,
                    (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
     dt = dt.clamp(min=floor)
     return (dt + torch.log(-torch.expm1(-dt))).to(dtype)
-
-
-# Tag parameters that should not be weight-decayed (optimizer constructors and
-# paramwise_cfg.custom_keys read these names).
-NO_WEIGHT_DECAY = ('A_log', 'A_log_b', 'D', 'D_b', 'dt_bias', 'dt_b_bias')

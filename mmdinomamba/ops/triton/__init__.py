@@ -1,8 +1,10 @@
 """Triton kernels for the SSD scan and the layers around it (CUDA only).
 
-Importing this package imports Triton; use :func:`mmdinomamba.ops.fused.triton_available`
-to ask first. Every kernel has a PyTorch twin in :mod:`mmdinomamba.ops` with the same
-arguments, the ground truth in the tests. Split by stage, as the algorithm runs:
+Importing this package imports Triton; use
+:func:`mmdinomamba.ops.backend.triton_available` to ask first. Of the rest of
+:mod:`mmdinomamba.ops` it imports the contracts of :mod:`mmdinomamba.ops.spec` alone.
+Every kernel has a PyTorch twin in :mod:`mmdinomamba.ops` with the same arguments,
+the ground truth in the tests. Split by stage, as the algorithm runs:
 
 =================  ==============================================================
 ``ssd_common.py``  the scan's layout, jit helpers and tile sizes

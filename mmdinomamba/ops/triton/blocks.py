@@ -12,7 +12,7 @@ context, saved-tensor bookkeeping and output checks, 72 for DinoVim's 24 blocks;
 here the stack is one node, whose backward runs the blocks' backward in a plain
 loop, taking in the gradients of the blocks whose outputs it returned as it
 reaches them. An eager step's host time follows the operators and nodes it issues
-(docs/benchmark.md), so this is what DinoVim runs eagerly on CUDA.
+(``benchmarks/README.md``), so this is what DinoVim runs eagerly on CUDA.
 
 Memory: the backward keeps per block what the three nodes keep (the add + norm's
 normalised rows and rstd, ``in_proj``'s input and weight in the compute dtype, the
@@ -25,8 +25,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from ..blocks import BlockParams, BlockSpec, block_indices
-from ..fused import compute_dtype
+from ..spec import BlockParams, BlockSpec, block_indices, compute_dtype
 from .launch import cast
 from .mixer import _core_backward, _core_forward, _flat_params, _unstack
 from .norm import _add_norm_backward, _add_norm_forward

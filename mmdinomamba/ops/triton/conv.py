@@ -25,7 +25,7 @@ Tensor = torch.Tensor
 # Tokens walked by one program (forward, backward) and channels it owns (two per
 # thread). Both kernels take their steps in groups of four whose rows are loaded
 # together (a program that waits on one row at a time is bound by the latency of
-# its loads). The sizes were chosen by measurement: docs/benchmark.md, "Kernel
+# its loads). The sizes were chosen by measurement: benchmarks/README.md, "Kernel
 # tuning".
 FWD_BLOCK_T = 32
 BWD_BLOCK_T = 128

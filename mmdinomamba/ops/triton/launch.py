@@ -13,6 +13,24 @@ launches.
 
 Set ``MMDINOMAMBA_TRITON_FAST_LAUNCH=0`` to always take Triton's path; under
 Triton's interpreter (``TRITON_INTERPRET=1``) it always is.
+
+Supported Triton versions: :data:`TRITON_VERSIONS`. The direct launch calls the
+compiled kernel's ``run`` as ``JITFunction.run`` does, a private interface of
+Triton; for a Triton outside that range every launch takes Triton's own path (the
+same results, more host time). ``tests/ops/test_triton_launch.py`` checks the
+installed Triton's ``JITFunction.run`` still makes that call.
+
+Why it stays (measured with ``benchmarks/benchmark.py --device cpu host --launch fast
+triton``; figures in ``benchmarks/README.md``): graph replay (``CUDAGraphBlocksHook``)
+and ``torch.compile`` take the launches off the host for the DINO configs, but every
+eager call (inference, linear probing, analysis, the dense fine-tuning configs)
+still issues its launches one by one, and through Triton's own path an eager
+DinoVim-B training step costs the host 9-17 % more (240 launches; 28 Python calls
+more per launch).
+
+Inside :func:`mmdinomamba.ops.spec.skip_kernels` (a dry run, to measure the host's
+work) :func:`launch` hands out launchers that do the same work but for the driver's
+calls: the device and stream are 0 and every launch runs a stand-in that counts it.
 """
 import os
 from functools import partial
@@ -20,6 +38,8 @@ from operator import attrgetter, itemgetter
 from typing import Callable, Dict, List, Tuple
 
 import torch
+
+from ..spec import DryRun, dry_run
 
 Tensor = torch.Tensor
 
@@ -43,7 +63,7 @@ def next_power_of_2(n: int) -> int:
 def cast(t: Tensor, dtype: torch.dtype) -> Tensor:
     """``t.to(dtype)``, without an operator call when ``t`` already has ``dtype``: a
     no-op ``to`` still goes through the dispatcher, and an eager step's host time
-    follows the operators it issues (docs/benchmark.md, 2026-12-04)."""
+    follows the operators it issues (``benchmarks/README.md``, host mode)."""
     return t if t.dtype == dtype else t.to(dtype)
 
 
@@ -51,15 +71,37 @@ def cast(t: Tensor, dtype: torch.dtype) -> Tensor:
 _INTERPRET = os.environ.get('TRITON_INTERPRET', '0') == '1'
 _FAST_LAUNCH = None  # MMDINOMAMBA_TRITON_FAST_LAUNCH, read on the first launch
 
+# The Triton versions whose launch path Launcher repeats, [first, last excluded):
+# run on a GPU with 3.6, the call read in 3.8's source by the CPU tests
+TRITON_VERSIONS = ((3, 6), (3, 9))
+
+
+def triton_version_supported(version: str) -> bool:
+    """Whether a Triton version string (``'3.6.0'``, ``'3.8.0+git1a2b'``) is in
+    :data:`TRITON_VERSIONS`."""
+    try:
+        major, minor = (int(p) for p in version.split('.')[:2])
+    except ValueError:  # not 'X.Y...': unknown, so not supported
+        return False
+    return TRITON_VERSIONS[0] <= (major, minor) < TRITON_VERSIONS[1]
+
+
+def _installed_triton_supported() -> bool:
+    try:
+        import triton
+    except ImportError:
+        return False
+    return triton_version_supported(triton.__version__)
+
 
 def fast_launch_enabled() -> bool:
     """Whether :func:`launch` takes the fast path: ``MMDINOMAMBA_TRITON_FAST_LAUNCH``
-    as it was at the first launch (:func:`reread_environment` reads it again), and
-    never under Triton's interpreter."""
+    as it was at the first launch (:func:`reread_environment` reads it again), a
+    Triton of :data:`TRITON_VERSIONS`, and never under Triton's interpreter."""
     global _FAST_LAUNCH
     if _FAST_LAUNCH is None:
         _FAST_LAUNCH = (os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH', '1') != '0'
-                        and not _INTERPRET)
+                        and not _INTERPRET and _installed_triton_supported())
     return _FAST_LAUNCH
 
 
@@ -183,15 +225,53 @@ class Launcher:
         return kernel
 
 
+class _SkippedKernel:
+    """What a dry run's launcher keeps as the compiled kernel: running it counts."""
+    function = packed_metadata = None
+
+    def __init__(self, dry: DryRun):
+        self.dry = dry
+
+    def run(self, *args) -> None:
+        self.dry.launches += 1
+
+
+class _DryLauncher(Launcher):
+    """:meth:`Launcher.launch` less the driver: the arguments and the key as on CUDA
+    (device 0), then a launch of :class:`_SkippedKernel` (stream 0)."""
+
+    def __init__(self, kernel, dry: DryRun):
+        super().__init__(kernel)
+        self.skipped = _SkippedKernel(dry)
+
+    def launch(self, grid, *args, **kwargs):
+        values = [*args, *map(kwargs.__getitem__, self.names[len(args):])]
+        key = self.key(0, values, kwargs)
+        kernel = self.compiled.setdefault(key, self.skipped)
+        grid = tuple(grid) + (1, 1)
+        kernel.run(grid[0], grid[1], grid[2], 0, kernel.function, kernel.packed_metadata,
+                   None, None, None, *values)
+        return kernel
+
+
 # by the kernel's id: a JITFunction hashes by its source's cache key, through a lock
 _LAUNCHERS: Dict[int, Launcher] = {}
 
 
 def launch(kernel):
     """The :class:`Launcher` of ``kernel`` (one per kernel), or the kernel itself when
-    the fast path is off: ``launch(k)[grid](...)`` either way."""
+    the fast path is off: ``launch(k)[grid](...)`` either way. In a dry run, the
+    dry run's own launcher of ``kernel`` (with the fast path off, the kernel itself:
+    Triton's path, which then needs a driver of the caller's, e.g. a stand-in set
+    with ``triton.runtime.driver.set_active``)."""
     if not fast_launch_enabled():
         return kernel
+    dry = dry_run()
+    if dry is not None:
+        launcher = dry.launchers.get(id(kernel))
+        if launcher is None:
+            launcher = dry.launchers[id(kernel)] = _DryLauncher(kernel, dry)
+        return launcher
     launcher = _LAUNCHERS.get(id(kernel))
     if launcher is None or launcher.kernel is not kernel:  # new, or an id reused
         launcher = _LAUNCHERS[id(kernel)] = Launcher(kernel)

@@ -15,8 +15,8 @@ the norm's rstd, and recomputes the rest. The conv output (both directions, twic
 the size of xBC: a third of what a layer would otherwise keep) is written again by
 one conv pass at the start of the backward, and the norm's output by the
 gated-norm backward just before ``out_proj``'s weight gradient needs it. Each costs
-one memory-bound pass (docs/benchmark.md, "Memory and host time of the eager DINO
-step", has the measured peaks).
+one memory-bound pass (the DINO step's measured peaks: ``benchmarks/README.md``,
+``benchmarks/results/dino_step.csv``).
 
 The per-direction parameters enter the function as the module holds them and are
 stacked inside it, where autograd records nothing; their gradients leave as views
@@ -32,7 +32,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from ..mixer import MixerParams, MixerSpec
+from ..spec import MixerParams, MixerSpec, split_projection
 from .conv import conv_backward, conv_forward
 from .launch import cast
 from .norm import gated_norm_backward, gated_norm_forward
@@ -41,13 +41,6 @@ from .ssd_common import ScanArgs, default_backward_chunk, default_chunk
 from .ssd_fwd import scan_forward
 
 Tensor = torch.Tensor
-
-
-def _views(zxbcdt: Tensor, spec: MixerSpec):
-    """The z, xBC and dt slices of the packed projection (views, no copies)."""
-    di, conv_dim = spec.d_inner, spec.conv_dim
-    return (zxbcdt[..., :di], zxbcdt[..., di:di + conv_dim],
-            zxbcdt[..., di + conv_dim:])
 
 
 def _split_xbc(xbc2: Tensor, spec: MixerSpec):
@@ -119,7 +112,7 @@ def _core_forward(zxbcdt: Tensor, out_w: Tensor, out_b: Optional[Tensor],
     w_c = cast(out_w, zxbcdt.dtype)
     batch, seqlen, _ = zxbcdt.shape
     ndir, di = spec.ndir, spec.d_inner
-    z, xBC, dt = _views(zxbcdt, spec)
+    z, xBC, dt = split_projection(zxbcdt, spec)
     xbc2 = _conv(xBC, p, spec)
     args = p.scan_args(xbc2, dt, spec, default_chunk(seqlen))
     y2 = zxbcdt.new_empty(batch, seqlen, ndir, di)
@@ -141,7 +134,7 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     out_w in the compute dtype."""
     batch, seqlen, _ = zxbcdt.shape
     ndir, di = spec.ndir, spec.d_inner
-    z, xBC, dt = _views(zxbcdt, spec)
+    z, xBC, dt = split_projection(zxbcdt, spec)
     xbc2 = _conv(xBC, p, spec)  # recomputed: see the module's docstring, "Memory"
     args = p.scan_args(xbc2, dt, spec, default_backward_chunk(seqlen))
 
@@ -150,7 +143,7 @@ def _core_backward(dres: Tensor, zxbcdt: Tensor, y2: Tensor, rstd: Tensor,
     dout = dres2 @ w_c
     out = torch.empty_like(dout)
     dzxbcdt = torch.empty_like(zxbcdt)
-    dz, dxBC, ddt_raw = _views(dzxbcdt, spec)
+    dz, dxBC, ddt_raw = split_projection(dzxbcdt, spec)
     dy2 = torch.empty_like(y2)
     dnorm_w = gated_norm_backward(dout, y2.view(-1, ndir, di), z.reshape(-1, di),
                                   p.norm_w, rstd, dy2.view(-1, ndir, di),

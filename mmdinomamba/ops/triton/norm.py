@@ -34,7 +34,7 @@ Tensor = torch.Tensor
 # weight gradient), and rows whose loads are in flight at once (Triton's loop
 # pipelining; one row at a time leaves the gated-norm backward bound by the latency
 # of its loads); the gated-norm forward keeps one row a program. Chosen by
-# measurement: docs/benchmark.md, "Kernel tuning".
+# measurement: benchmarks/README.md, "Kernel tuning".
 GATED_NORM_ROWS = 16
 GATED_NORM_STAGES = 3
 ADD_NORM_ROWS = 32

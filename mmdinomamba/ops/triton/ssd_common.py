@@ -26,7 +26,7 @@ Each token's log-decay ``dt * A`` is floored at :data:`LOG_DECAY_FLOOR`, below
 which ``exp`` is 0 in float32 anyway, so no cumulative sum leaves float32's range
 and no difference of two infinite sums is taken (a finite ``dt`` of any size gives
 finite outputs). Tuning measurements behind the tile sizes and register caps are
-in ``docs/benchmark.md``.
+in ``benchmarks/README.md``, "Kernel tuning".
 """
 from typing import Dict, Optional
 

@@ -163,9 +163,9 @@ def _ssd_fwd_segment_states_kernel(
 
 # Segments are cut while the grid stays within this many programs per
 # multiprocessor, each segment at least this many chunks long. Measured in DinoVim
-# at 1024 px on an H200 (docs/benchmark.md): at batch 1 (48 programs for 132
-# multiprocessors) 8 segments halve the forward's time; at batch 4 (192 programs)
-# any cut is slower.
+# at 1024 px on an H200 (benchmarks/README.md, "Kernel tuning"): at batch 1 (48
+# programs for 132 multiprocessors) 8 segments halve the forward's time; at batch 4
+# (192 programs) any cut is slower.
 FWD_SEGMENT_PROGRAMS_PER_SM = 2
 FWD_MIN_SEGMENT_CHUNKS = 8
 
@@ -196,7 +196,8 @@ def scan_forward(args: ScanArgs, y: Tensor, num_warps: int = 4, p_blocks: int = 
         p_blocks (int): programs each head's channels are split over (a power of
             two leaving at least 16 channels each). Defaults to 1: in DinoVim at
             1024 px, batch 4, four blocks measured twice as slow as one (each
-            recomputes ``C B^T``; docs/benchmark.md); segments are the better split.
+            recomputes ``C B^T``; ``benchmarks/README.md``); segments are the better
+            split.
         maxnreg (int | str | None): register cap per thread; None: the compiler's
             choice; 'auto': :func:`occupancy_maxnreg`.
         segments (int): pieces of whole chunks the sequence is cut into (see the

@@ -1,4 +1,5 @@
-"""The SSD scan as a differentiable op with :func:`mmdinomamba.ops.ssd`'s signature.
+"""The SSD scan as a differentiable op, with the PyTorch scans' signature
+(:func:`mmdinomamba.ops.ssd.ssd_chunked`).
 
 Forward kernel in ``ssd_fwd.py``, backward in ``ssd_bwd.py``, what they share in
 ``ssd_common.py``; this module wires them into one ``torch.autograd.Function`` for

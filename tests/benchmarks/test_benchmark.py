@@ -1,0 +1,384 @@
+"""benchmarks/benchmark.py (the harness and its command line) on the CPU, tiny."""
+import json
+import os.path as osp
+
+import pytest
+import torch
+
+TOY_DINO = osp.join(osp.dirname(__file__), '..', '..', 'configs', 'dino',
+                    'dino_dinovim-toy-p8_1xb8-10e_toy.py')
+
+
+@pytest.fixture(scope='module')
+def bench(load_tool):
+    return load_tool('benchmarks/benchmark.py')
+
+
+TINY = dict(type='DinoVim', arch=dict(embed_dims=64, num_layers=2),
+            mixer_cfg=dict(d_state=16, headdim=16))
+TINY_LINEAR = dict(type='LinearViT', arch=dict(embed_dims=64, num_layers=2,
+                                               num_heads=2, mlp_ratio=2))
+
+
+def test_models_mode_measures_and_ratios(bench):
+    rows = bench.run_models({'tiny': TINY, 'base': TINY_LINEAR}, sizes=[32],
+                            batches=[2], device=torch.device('cpu'), amp=None,
+                            modes=['infer', 'train'], warmup=1, repeats=2, iters=1,
+                            baseline='base')
+    by_name = {r['model']: r for r in rows}
+    tiny, base = by_name['tiny'], by_name['base']
+    for r in rows:
+        assert 'error' not in r, r
+        assert r['infer_img_s'] > 0 and r['train_img_s'] > 0
+        assert len(r['train_ms_all']) == 2
+        assert r['train_img_s'] == pytest.approx(2e3 / r['train_ms'])
+        # the host's work, counted: a training step issues more than a forward
+        assert 0 < r['infer_ops'] < r['train_ops']
+        assert 0 < r['infer_pycalls'] < r['train_pycalls']
+    head = bench.format_table(rows, 'base').splitlines()[0].split()
+    assert {'iHostMs', 'hostMs', 'torchOps'} <= set(head)
+    assert tiny['ssd_path'] == 'chunked'
+    assert tiny['infer_vs_baseline'] == pytest.approx(
+        tiny['infer_img_s'] / base['infer_img_s'])
+    assert base['train_vs_baseline'] == pytest.approx(1.0)
+
+
+def test_models_mode_reports_errors_and_goes_on(bench):
+    rows = bench.run_models({'bad': dict(type='NoSuchNet'), 'tiny': TINY}, sizes=[32],
+                            batches=[1], device=torch.device('cpu'), amp=None,
+                            modes=['infer'], warmup=0, repeats=1, iters=1,
+                            baseline=None)
+    assert 'NoSuchNet' in rows[0]['error']
+    assert rows[1]['infer_img_s'] > 0
+
+
+def test_models_mode_needs_one_batch_per_size(bench):
+    with pytest.raises(ValueError, match='one batch size per input size'):
+        bench.run_models({'tiny': TINY}, sizes=[32, 64], batches=[2],
+                         device=torch.device('cpu'), amp=None, modes=['infer'],
+                         warmup=0, repeats=1, iters=1)
+
+
+def test_cli_writes_json(bench, tmp_path):
+    out = tmp_path / 'res' / 'bench.json'
+    bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '0', '--repeats', '1',
+                '--iters', '1', '--out', str(out), 'kernel', '--backends', 'chunked',
+                'ref', 'triton', '--batch', '1', '--seqlen', '20', '--nheads', '2',
+                '--headdim', '8', '--dstate', '8'])
+    data = json.loads(out.read_text())
+    rows = {r['backend']: r for r in data['rows']}
+    assert data['mode'] == 'kernel' and data['environment']['device'] == 'cpu'
+    assert rows['chunked']['fwd_ms'] > 0 and rows['ref']['fwd_bwd_ms'] > 0
+    assert 'CUDA' in rows['triton']['error']  # no GPU here: reported, not raised
+    assert list(tmp_path.joinpath('res').iterdir()) == [out]  # no temp files left
+
+
+def test_profile_mode_splits_a_step_by_operator(bench, tmp_path):
+    bench.MODELS['tiny-test'] = TINY
+    try:
+        out = tmp_path / 'prof.json'
+        data = bench.main(['--device', 'cpu', '--amp', 'none', '--warmup', '1',
+                           '--iters', '2', '--out', str(out), 'profile', '--model',
+                           'tiny-test', '--size', '32', '--batch', '2', '--step', 'train',
+                           '--top', '5', '--host'])
+    finally:
+        del bench.MODELS['tiny-test']
+    rows = data['rows']
+    times = [r['ms_per_step'] for r in rows]
+    assert times == sorted(times, reverse=True) and times[-1] > 0
+    names = {r['name'] for r in rows}
+    # a training step: the projections' matrix products, their backward, AdamW
+    assert any('mm' in n for n in names), sorted(names)[:20]
+    assert any('Backward' in n or 'backward' in n for n in names)
+    settings = json.loads(out.read_text())['settings']
+    assert settings['step'] == 'train' and settings['host'] is True
+    with pytest.raises(ValueError, match="step must be 'infer' or 'train'"):
+        bench.profile_model(TINY, 32, 1, torch.device('cpu'), None, 'eval', 0, 1)
+
+
+def test_dino_step_runs_the_configs_training_step(bench):
+    """The DINO step of a config, built through the registry, as the Runner runs it:
+    it trains (the student's weights move, the teacher follows by EMA), and the
+    figures are reported per row with ratios to the baseline row."""
+    step, model, batch = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
+    assert batch == 2
+    before = [p.detach().clone() for p in model.backbone.parameters()]
+    teacher_before = [p.detach().clone() for p in model.teacher.parameters()]
+    log = step()
+    assert set(log) >= {'loss'} and torch.isfinite(log['loss'])
+    step()  # the teacher moves towards the student updated by the first step
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.backbone.parameters()))
+    assert any(not torch.equal(a, b)
+               for a, b in zip(teacher_before, model.teacher.parameters()))
+    rows = bench.run_dino_steps({'toy': TOY_DINO, 'toy2': TOY_DINO}, torch.device('cpu'),
+                                warmup=0, repeats=1, iters=1, baseline='toy',
+                                host_batch=2)
+    for r in rows:
+        assert 'error' not in r, r
+        assert r['s_iter'] > 0 and r['host_ms'] > 0 and r['launches'] is None
+        assert r['pycalls'] > 0 and r['ops'] > 0
+        assert r['img_s'] == pytest.approx(r['batch'] / r['s_iter'])
+    assert rows[0]['img_s_vs_baseline'] == 1.0
+    assert 'toy' in bench.format_dino_table(rows, 'toy')
+
+
+def test_dino_step_compiles_both_backbones_when_asked(bench):
+    """As CompileModulesHook does: in place, the heads stay eager (compilation
+    itself is lazy, so nothing is compiled here)."""
+    _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
+                                        compile_mode='default')
+    assert model.backbone._compiled_call_impl is not None
+    assert model.teacher['backbone']._compiled_call_impl is not None
+    assert model.head._compiled_call_impl is None
+    with pytest.raises(ValueError, match='separate run'):
+        bench.run_models({}, [224], [1], torch.device('cpu'), None, ['train'], 0, 1, 1,
+                         graph=True, compile_mode='reduce-overhead')
+
+
+def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(bench):
+    """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
+    graphed blocks (they run eagerly here, on the CPU); the row says so."""
+    from mmdinomamba.engine.graphed_blocks import GraphedStack
+
+    def graphed(backbone):
+        return isinstance(backbone.stack_runner, GraphedStack)
+
+    _, plain, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2)
+    assert not graphed(plain.backbone)
+    assert not graphed(plain.teacher['backbone'])
+    _, model, _ = bench.build_dino_step(TOY_DINO, torch.device('cpu'), batch=2,
+                                        graph_blocks=True)
+    assert graphed(model.backbone) and graphed(model.teacher['backbone'])
+    hooked, hooked_model, _ = bench.build_dino_step(
+        TOY_DINO, torch.device('cpu'), batch=2,
+        cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
+    rows = bench.run_dino_steps({'toy': TOY_DINO}, torch.device('cpu'), 0, 1, 1,
+                                host_batch=0, graph_blocks=True)
+    assert rows[0]['graph_blocks'] and 'graph-blocks' in bench.format_dino_row(rows[0])
+    assert graphed(hooked_model.backbone)
+    assert torch.isfinite(hooked()['loss'])
+    # graph_blocks=False (--eager-blocks): eager although the config holds the hook
+    _, eager, _ = bench.build_dino_step(
+        TOY_DINO, torch.device('cpu'), batch=2, graph_blocks=False,
+        cfg_options=dict(custom_hooks=[dict(type='CUDAGraphBlocksHook')]))
+    assert not graphed(eager.backbone)
+    args = bench.parse_args(['dino-step', '--eager-blocks'])
+    assert args.graph_blocks is False
+    assert bench.parse_args(['dino-step']).graph_blocks is None
+
+
+def test_dino_step_reports_a_config_that_does_not_build(bench):
+    rows = bench.run_dino_steps({'missing': 'configs/dino/no_such.py'},
+                                torch.device('cpu'), 0, 1, 1)
+    assert 'no_such.py' in rows[0]['error']
+
+
+def test_host_ms_times_one_call(bench):
+    calls = []
+    t = bench.host_ms(lambda: calls.append(1), torch.device('cpu'), repeats=3)
+    assert len(t) == 3 and len(calls) == 3 and all(x >= 0 for x in t)
+    assert bench.launches_per_call(lambda: None, torch.device('cpu')) is None
+
+
+def _nested(n: int):
+    """Makes exactly n calls: of ``_leaf`` (``range`` is a type; cProfile counts
+    functions and built-in functions)."""
+    for _ in range(n):
+        _leaf()
+
+
+def _leaf():
+    pass
+
+
+def test_python_calls_per_call_counts_every_call(bench):
+    """Against a function whose calls are counted by hand: ``_nested(n)`` calls
+    ``_leaf`` n times, and ``fn`` itself is not counted."""
+    assert bench.python_calls_per_call(lambda: None) == 0
+    for n in (0, 1, 7, 100):
+        # the lambda calls _nested (1), which calls _leaf n times
+        assert bench.python_calls_per_call(lambda: _nested(n)) == n + 1
+    assert bench.python_calls_per_call(lambda: len([])) == 1  # a built-in counts
+    # a step counts the same twice: a figure, not a timing
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    counts = {bench.python_calls_per_call(lambda: model(x)) for _ in range(3)}
+    assert len(counts) == 1 and counts.pop() > 5
+
+
+def test_operators_per_call_counts_the_operators_python_issues(bench):
+    """Against operators counted by hand: an operator that calls others inside
+    (``F.linear``: ``t`` and ``mm``) is one; the autograd engine's count too."""
+    x, w = torch.randn(4, 4), torch.randn(3, 4)
+    assert bench.operators_per_call(lambda: None) == 0
+    assert bench.operators_per_call(lambda: x + 1) == 1
+    assert bench.operators_per_call(lambda: torch.nn.functional.linear(x, w)) == 1
+    assert bench.operators_per_call(lambda: (x.view(16), x.t(), x.sum())) == 3
+    # the same in a loop: n operators
+    for n in (2, 5):
+        assert bench.operators_per_call(lambda: [x.mul(2) for _ in range(n)]) == n
+    # a backward: the engine issues operators too, and more for a longer graph
+    a = torch.randn(4, requires_grad=True)
+    short = (a * 2).sum()
+    long = (a * 2).exp().sin().sum()
+    n_short = bench.operators_per_call(lambda: short.backward(retain_graph=True))
+    n_long = bench.operators_per_call(lambda: long.backward(retain_graph=True))
+    assert 0 < n_short < n_long
+
+
+def test_models_table_puts_each_host_time_under_its_column(bench):
+    row = dict(model='m', img_size=32, batch=2, infer_img_s=10.0, infer_host_ms=12.34,
+               train_host_ms=56.78, train_launches=9, train_pycalls=8, train_ops=7)
+    head, _, line = bench.format_table([row], None).splitlines()
+    # the seven columns before 'ssd' (empty here), read from the right
+    cells = dict(zip(head.split()[-8:-1], line.split()[-7:]))
+    assert (cells['iHostMs'], cells['hostMs']) == ('12.3', '56.8')
+    assert (cells['launches'], cells['pyCalls'], cells['torchOps']) == ('9', '8', '7')
+
+
+def test_best_of_rounds_keeps_the_fastest_round_and_the_lowest_host_time(bench):
+    rounds = [dict(model='m', train_ms=20.0, train_img_s=100.0, train_ms_all=[20.0],
+                   train_peak_gib=1.0, train_host_ms=9.0, train_ops=7, infer_ms=4.0,
+                   infer_img_s=500.0, infer_host_ms=3.0),
+              dict(model='m', train_ms=10.0, train_img_s=200.0, train_ms_all=[10.0],
+                   train_peak_gib=1.5, train_host_ms=12.0, train_ops=7, infer_ms=5.0,
+                   infer_img_s=400.0, infer_host_ms=2.0)]
+    best = bench.best_of_rounds(rounds)
+    assert (best['train_ms'], best['train_img_s'], best['train_peak_gib']) == (10.0, 200.0, 1.5)
+    assert (best['infer_ms'], best['infer_img_s']) == (4.0, 500.0)  # another round
+    assert best['train_host_ms'] == 9.0 and best['infer_host_ms'] == 2.0
+    assert best['train_ms_rounds'] == [20.0, 10.0]
+    assert best['train_host_ms_rounds'] == [9.0, 12.0]
+    assert best['train_ops'] == 7 and best['rounds'] == 2
+    assert rounds[0]['train_ms'] == 20.0  # the inputs are left as they were
+    failed = bench.best_of_rounds([rounds[0], dict(model='m', error='OOM')])
+    assert failed['error'] == 'OOM'
+
+
+def test_rounds_take_turns_between_models(bench, monkeypatch):
+    order = []
+
+    def fake_measure(model, size, batch, *args):
+        order.append(model.name)
+        return dict(infer_ms=float(len(order)), infer_img_s=batch * 1e3 / len(order))
+
+    def fake_build(spec, size):
+        model = torch.nn.Linear(1, 1)
+        model.name = spec['name']
+        return model
+
+    monkeypatch.setattr(bench, 'measure_model', fake_measure)
+    monkeypatch.setattr(bench, 'build_model', fake_build)
+    specs = {'base': dict(name='base', type='X'), 'a': dict(name='a', type='X')}
+    rows = bench.run_models(specs, sizes=[32], batches=[2], device=torch.device('cpu'),
+                            amp=None, modes=['infer'], warmup=0, repeats=1, iters=1,
+                            baseline='base', rounds=3)
+    assert order == ['base', 'a'] * 3
+    by_name = {r['model']: r for r in rows}
+    assert by_name['base']['infer_ms_rounds'] == [1.0, 3.0, 5.0]
+    assert by_name['a']['infer_ms'] == 2.0  # its best round, the first
+    assert by_name['a']['infer_vs_baseline'] == pytest.approx(1.0 / 2.0)
+    with pytest.raises(ValueError, match='rounds must be >= 1'):
+        bench.run_models(specs, sizes=[32], batches=[2], device=torch.device('cpu'),
+                         amp=None, modes=['infer'], warmup=0, repeats=1, iters=1,
+                         rounds=0)
+
+
+def test_dino_step_rounds_take_turns_and_keep_the_best(bench, monkeypatch):
+    order = []
+
+    def fake_step(config, device, warmup, repeats, iters, host_batch, **kwargs):
+        order.append(config)
+        n = len(order)
+        return dict(batch=4, s_iter=0.1 * n, img_s=40.0 / n, peak_gib=float(n),
+                    host_ms=10.0 / n, launches=3)
+
+    monkeypatch.setattr(bench, 'measure_dino_step', fake_step)
+    rows = bench.run_dino_steps({'base': 'b.py', 'a': 'a.py'}, torch.device('cpu'),
+                                0, 1, 1, baseline='base', rounds=2)
+    assert order == ['b.py', 'a.py', 'b.py', 'a.py']
+    base, a = rows
+    assert base['s_iter'] == pytest.approx(0.1) and base['peak_gib'] == 1.0
+    assert base['s_iter_rounds'] == pytest.approx([0.1, 0.3])
+    assert a['host_ms'] == pytest.approx(10.0 / 4)  # the lowest, from the last round
+    assert a['img_s_vs_baseline'] == pytest.approx((40.0 / 2) / 40.0)
+
+
+def test_host_mode_counts_the_fused_path_on_the_cpu(bench):
+    """The host mode runs DinoVim's fused path on CPU tensors with the kernels
+    skipped: the one-call stack and the module loop launch the same kernels (10 a
+    block: 4 forward, 6 backward, a scan backward of one chunk), the stack issues
+    fewer torch operators, and the dry run ends with the measurement."""
+    from mmdinomamba.ops import spec
+    specs = {'stack': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=3)),
+             'loop': dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=3),
+                          stack_runner='loop')}
+    rows = bench.run_host(specs, baseline='loop', rounds=2, width=32, warmup=1,
+                          repeats=2, iters=1)
+    stack, loop = rows
+    assert stack['launches'] == loop['launches'] == 3 * 10
+    assert stack['ops'] < loop['ops'] and stack['host_ms'] > 0
+    assert len(stack['host_ms_rounds']) == 2 and loop['host_vs_baseline'] == 1.0
+    assert spec.dry_run() is None
+    assert 'stack' in bench.format_host_table(rows, 'loop')
+    # under autocast (as on the GPU) the fused path's casts of weights and
+    # gradients are counted too; float32 (the default) has none
+    [bf16] = bench.measure_host(specs['stack'], width=32, warmup=1, repeats=1, iters=1,
+                                amp=torch.bfloat16)
+    assert bf16['launches'] == stack['launches'] and bf16['ops'] > stack['ops']
+    with pytest.raises(ValueError, match='DinoVim'):
+        bench.measure_host(dict(type='LinearViT', arch='base'))
+    args = bench.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
+    assert args.models == ['dinovim-t'] and args.baseline == 'dinovim-b-loop'
+    assert args.amp is None  # main() reads it as 'none' in host mode, else 'bf16'
+    data = bench.main(['--device', 'cpu', '--warmup', '1', '--repeats', '1', '--iters',
+                      '1', 'host', '--models', 'dinovim-t', '--rounds', '1',
+                      '--width', '64'])
+    assert data['settings']['amp'] == 'none' and data['rows'][0]['launches'] == 240
+
+
+def test_host_mode_launches_through_tritons_own_path_when_asked(bench):
+    """``--launch triton``: the same kernels launched through Triton's own path (its
+    driver and compiled kernels stood in for), in turns with the package's launcher
+    on one model: the same launches and operators, more Python per launch; Triton's
+    caches, driver and the fast-launch setting are as before afterwards."""
+    pytest.importorskip('triton')
+    import os
+
+    from triton.runtime import driver
+
+    from mmdinomamba.ops.triton import launch
+    from mmdinomamba.ops.triton.conv import _conv_fwd_kernel
+    spec = dict(type='DinoVim', arch=dict(embed_dims=32, num_layers=2))
+    env = os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH')
+    active = driver._active
+    fast, triton = bench.measure_host(spec, width=32, warmup=1, repeats=2, iters=1,
+                                      launches=('fast', 'triton'))
+    assert (fast['launch'], triton['launch']) == ('fast', 'triton')
+    assert fast['launches'] == triton['launches'] == 2 * 10
+    assert fast['ops'] == triton['ops'] and fast['pycalls'] < triton['pycalls']
+    assert len(triton['host_ms_all']) == 2 and triton['host_ms_min'] > 0
+    assert os.environ.get('MMDINOMAMBA_TRITON_FAST_LAUNCH') == env
+    assert driver._active is active
+    assert all(not cache for cache, *_ in _conv_fwd_kernel.device_caches.values())
+    launch.reread_environment()
+    with pytest.raises(ValueError, match='launches must be some of'):
+        bench.measure_host(spec, launches=('slow', ))
+
+
+def test_dino_configs_come_from_the_checkout_or_the_command_line(bench, tmp_path):
+    """The named DINO configs are files of ``configs/dino`` beside ``benchmarks/``
+    (found from the script's place in the checkout, not from the installed
+    package), or of ``dino-step --config-dir``."""
+    repo = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+    assert osp.samefile(bench.CONFIG_DIR, osp.join(repo, 'configs', 'dino'))
+    for name in bench.DINO_CONFIGS.values():
+        assert osp.isfile(osp.join(bench.CONFIG_DIR, name)), name
+    assert bench.parse_args(['dino-step']).config_dir == bench.CONFIG_DIR
+    data = bench.main(['--device', 'cpu', '--warmup', '0', '--repeats', '1',
+                       '--iters', '1', 'dino-step', '--models', 'dinovim-t',
+                       '--no-baseline', '--host-batch', '0', '--config-dir',
+                       str(tmp_path)])
+    (row, ) = data['rows']
+    expected = osp.join(str(tmp_path), bench.DINO_CONFIGS['dinovim-t'])
+    assert row['config'] == expected and expected in row['error']

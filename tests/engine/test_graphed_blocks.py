@@ -1,0 +1,231 @@
+"""DinoVim's blocks replayed from CUDA graphs (engine/graphed_blocks.py): the same
+forward, gradients and stochastic-depth draws as the eager blocks, on the GPU; the
+bookkeeping (one capture per signature, eager when a signature's backward is still
+pending, eager on a CPU) on the CPU."""
+import copy
+
+import pytest
+import torch
+
+import mmdinomamba.engine.graphed_blocks as gb
+from mmdinomamba.models.backbones import DinoVim
+
+
+def tiny(drop_path_rate=0.2, layers=3):
+    torch.manual_seed(0)
+    return DinoVim(arch=dict(embed_dims=64, num_layers=layers), img_size=32,
+                   patch_size=8, drop_path_rate=drop_path_rate,
+                   mixer_cfg=dict(d_state=16, headdim=32))
+
+
+def test_cpu_inputs_run_the_eager_blocks():
+    model = tiny().train()
+    twin = copy.deepcopy(model)
+    assert gb.graph_blocks(model) == ['']
+    x = torch.randn(2, 3, 32, 32)
+    torch.manual_seed(1)
+    out = model(x)[0]
+    torch.manual_seed(1)
+    torch.testing.assert_close(out, twin(x)[0], rtol=0, atol=0)
+    assert model.stack_runner.graphs._graphs == {}  # nothing captured
+    gb.graph_blocks(model, enabled=False)
+    assert model.stack_runner is None
+
+
+@pytest.fixture
+def fake_captures(monkeypatch):
+    """A fake capture (the eager stack) stands in for CUDA on any tensor: returns the
+    lists of captures ``(shape, grad)`` and of replays ``shape``, in call order."""
+    captures, replays = [], []
+
+    def fake_capture(self, tokens, training, grad):
+        captures.append((tuple(tokens.shape), grad))
+        stack = gb._Stack(self.layers, training, self.run)
+
+        def replay(x):
+            replays.append(tuple(x.shape))
+            return stack(x)
+        return replay
+
+    monkeypatch.setattr(gb.GraphedBlocks, 'takes', staticmethod(lambda t: True))
+    monkeypatch.setattr(gb.GraphedBlocks, '_capture', fake_capture)
+    return captures, replays
+
+
+def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(fake_captures):
+    """What is captured when, and which calls replay."""
+    captures, replays = fake_captures
+    model = tiny(drop_path_rate=0.0).train()
+    gb.graph_blocks(model)
+    x, small = torch.randn(2, 3, 32, 32), torch.randn(4, 3, 16, 16)
+
+    a = model(x)[0]
+    b = model(x)[0]  # the first one's backward has not run: eager
+    # 32 px, 8 px patches: 16 patches and the [CLS] token twice
+    assert captures == [((2, 18, 64), True)] and replays == [(2, 18, 64)]
+    (a.sum() + b.sum()).backward()
+    model(x)[0].sum().backward()  # replays again
+    model(small)[0].sum().backward()  # a second signature: its own capture
+    with torch.no_grad():
+        model(x)
+    assert captures == [((2, 18, 64), True), ((4, 6, 64), True), ((2, 18, 64), False)]
+    assert replays == [(2, 18, 64), (2, 18, 64), (4, 6, 64), (2, 18, 64)]
+    # intermediate outputs are asked for: eager, no capture
+    tokens, _ = model.embed(x)
+    model.forward_tokens(tokens, [0, 2])
+    assert len(captures) == 3
+
+
+def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(fake_captures):
+    captures, _ = fake_captures
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
+    with torch.no_grad():
+        for n in (4, 5, 4):
+            blocks(torch.randn(1, n, 64), training=False)
+        with pytest.warns(UserWarning, match='2 input signatures captured'):
+            blocks(torch.randn(1, 6, 64), training=False)
+        blocks(torch.randn(1, 7, 64), training=False)  # eager, no second warning
+    assert [shape for shape, _ in captures] == [(1, 4, 64), (1, 5, 64)]
+
+
+def test_frozen_input_with_trainable_blocks_is_a_training_signature(fake_captures):
+    """Tokens that need no gradient (a frozen embedding) still make a training
+    capture while the blocks' parameters need one; all frozen, a forward-only one."""
+    captures, _ = fake_captures
+    model = tiny(drop_path_rate=0.0).train()
+    gb.graph_blocks(model)
+    tokens = torch.randn(2, 18, 64)
+    model.forward_tokens(tokens, [2])[0].sum().backward()
+    assert [grad for _, grad in captures] == [True]
+    assert model.layers[0].norm.weight.grad is not None
+    model.layers.requires_grad_(False)
+    model.forward_tokens(tokens, [2])
+    assert [grad for _, grad in captures] == [True, False]
+
+
+def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
+    from mmdinomamba.engine.hooks import CUDAGraphBlocksHook
+
+    class Runner:
+        def __init__(self, model):
+            self.model = model
+            self.logger = type('L', (), {'info': lambda s, msg: logs.append(msg),
+                                         'warning': lambda s, msg: logs.append(msg)})()
+
+    logs = []
+    model = torch.nn.ModuleDict(dict(backbone=tiny(), teacher=tiny()))
+    CUDAGraphBlocksHook().before_train(Runner(model))
+    assert isinstance(model['backbone'].stack_runner, gb.GraphedStack)
+    assert isinstance(model['teacher'].stack_runner, gb.GraphedStack)
+    assert '`backbone`' in logs[0] and '`teacher`' in logs[0]
+    CUDAGraphBlocksHook().before_train(Runner(torch.nn.Linear(2, 2)))  # a ViT, say
+    assert 'no module of the model (Linear)' in logs[1] and 'eagerly' in logs[1]
+
+
+def _cuda_triton():
+    from mmdinomamba.ops import triton_available
+    return torch.cuda.is_available() and triton_available()
+
+
+def _train_steps(model, inputs, steps, seed, set_to_none=True):
+    """Loss and gradients of ``steps`` steps (one step: every input shape, fp16
+    autocast with its weight cache on, as mmengine's AmpOptimWrapper), from
+    ``seed``."""
+    torch.cuda.manual_seed(seed)
+    results = []
+    for _ in range(steps):
+        model.zero_grad(set_to_none=set_to_none)
+        with torch.autocast('cuda', dtype=torch.float16):
+            loss = sum(model(x)[0].float().pow(2).mean() for x in inputs)
+        loss.backward()
+        results.append((loss.detach(), [None if p.grad is None else p.grad.clone()
+                                        for p in model.parameters()]))
+    return results
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.parametrize('frozen_embedding', [False, True])
+def test_graphed_training_steps_equal_eager_steps_with_drop_path(frozen_embedding):
+    """Three steps over two shapes (capture, then replays): the same losses and
+    parameter gradients as eager, and the same stochastic-depth draws (a different
+    mask would change the loss by far more than the tolerance). With the embedding
+    frozen the blocks' input needs no gradient, their parameters still do."""
+    eager = tiny(drop_path_rate=0.3, layers=4).cuda().train()
+    if frozen_embedding:
+        for p in (eager.patch_embed, eager.cls_token, eager.pos_embed):
+            p.requires_grad_(False)
+    graphed = copy.deepcopy(eager)
+    gb.graph_blocks(graphed)
+    inputs = [torch.randn(8, 3, 32, 32, device='cuda'),
+              torch.randn(16, 3, 16, 16, device='cuda')]
+    want = _train_steps(eager, inputs, 3, seed=5)
+    got = _train_steps(graphed, inputs, 3, seed=5)
+    assert len(graphed.stack_runner.graphs._graphs) == 2
+    for (loss_g, grads_g), (loss_e, grads_e) in zip(got, want):
+        # the same kernels in the same order: equal but for atomics' summation order
+        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
+        for g, e in zip(grads_g, grads_e):
+            if e is None:  # frozen
+                assert g is None
+                continue
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
+    # the steps differ from each other (new drop-path draws each step)
+    assert not torch.equal(want[0][0], want[1][0])
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+def test_graphed_no_grad_forward_equals_eager_and_follows_in_place_updates():
+    """The teacher's pass: no grad, eval mode; parameters updated in place between
+    calls (the EMA) are read by the replay."""
+    eager = tiny(layers=4).cuda().eval()
+    graphed = copy.deepcopy(eager)
+    gb.graph_blocks(graphed)
+    x = torch.randn(8, 3, 32, 32, device='cuda')
+    for _ in range(3):
+        with torch.no_grad(), torch.autocast('cuda', dtype=torch.float16):
+            out_g, out_e = graphed(x)[0].clone(), eager(x)[0]
+        torch.testing.assert_close(out_g, out_e, rtol=0, atol=0)
+        with torch.no_grad():
+            for m in (eager, graphed):
+                torch._foreach_mul_(list(m.parameters()), 0.9)
+    assert len(graphed.stack_runner.graphs._graphs) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_the_warm_up_hands_its_side_stream_memory_back():
+    """What the warm-up frees on its side stream would stay cached for that stream
+    alone (reserved, unusable by the training stream) unless handed back: a warm-up
+    whose temporaries take 256 MiB leaves the reservation where it was."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+
+    def step():
+        big = torch.ones(64 * 2**20, device='cuda')  # 256 MiB, freed on return
+        return big.sum()
+
+    gb._warm_up(step, torch.device('cuda'), warmup=2)
+    assert torch.cuda.memory_reserved() - before < 32 * 2**20
+
+
+@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.parametrize('set_to_none', [True, False])
+def test_one_signature_gradients_are_not_the_graphs_buffers(set_to_none):
+    """The backward hands autograd the backward graph's own gradient buffers; a
+    parameter's .grad must still be a tensor of its own (else the next replay would
+    rewrite it, and .grad zeroed in place would zero the graph's output): steps of
+    one shape, .grad set to None or zeroed in place between them, equal eager's."""
+    eager = tiny(drop_path_rate=0.0, layers=3).cuda().train()
+    graphed = copy.deepcopy(eager)
+    gb.graph_blocks(graphed)
+    inputs = [torch.randn(8, 3, 32, 32, device='cuda')]
+    want = _train_steps(eager, inputs, 3, seed=1, set_to_none=set_to_none)
+    got = _train_steps(graphed, inputs, 3, seed=1, set_to_none=set_to_none)
+    (replay, ) = graphed.stack_runner.graphs._graphs.values()
+    static = {g.data_ptr() for g in replay.graphs.static_grads if g is not None}
+    assert not static & {p.grad.data_ptr() for p in graphed.parameters()
+                         if p.grad is not None}
+    for (loss_g, grads_g), (loss_e, grads_e) in zip(got, want):
+        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
+        for g, e in zip(grads_g, grads_e):
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())

@@ -1,0 +1,210 @@
+"""Errors that name the problem and the fix (mmdinomamba.engine.run_checks, the
+CPU-distributed BatchNorm check, a failed write)."""
+import glob
+import os
+import os.path as osp
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+import mmdinomamba  # noqa: F401  (registers our classes)
+import mmdinomamba.engine.run_checks as run_checks
+from mmdinomamba.engine import build_checked_loop, check_config_keys
+from mmdinomamba.engine.distributed import require_batch_statistics
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
+
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
+           OMP_NUM_THREADS='1')
+PROBE = osp.join(ROOT, 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py')
+
+
+# -- config keys -----------------------------------------------------------------------
+
+def test_a_top_level_typo_is_named_with_the_closest_key(monkeypatch):
+    logged = []
+    monkeypatch.setattr(run_checks, 'print_log', lambda msg, **kw: logged.append(msg))
+    cfg = Config(dict(model=dict(type='X'), randomnes=dict(seed=1), data_root='d',
+                      train_pipeline=[]))
+    assert check_config_keys(cfg) == [
+        "config key 'randomnes' is not read by the Runner; did you mean 'randomness'?"]
+    # the same typo from --cfg-options (randomnes.seed=1), on a config without it
+    cfg = Config(dict(model=dict(type='X'), data_root='d'))
+    keys = list(cfg.keys())
+    cfg.merge_from_dict({'randomnes.seed': 1, 'data_root': 'e'})
+    assert check_config_keys(cfg, keys) == [
+        "--cfg-options: 'randomnes' is a new top-level key that nothing reads; did you "
+        "mean 'randomness'?"]
+    assert logged == [
+        "config key 'randomnes' is not read by the Runner; did you mean 'randomness'?",
+        "--cfg-options: 'randomnes' is a new top-level key that nothing reads; did you "
+        "mean 'randomness'?"]
+
+
+def test_no_shipped_config_has_a_suspicious_key():
+    paths = [p for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
+             if '_base_' not in p.split(os.sep)]
+    assert len(paths) > 70
+    flagged = {p: check_config_keys(Config.fromfile(p)) for p in paths}
+    assert {p: m for p, m in flagged.items() if m} == {}
+
+
+# -- data that cannot train or test ------------------------------------------------------
+
+def probe_config(data_root, work_dir, num_classes=2):
+    cfg = Config.fromfile(PROBE)
+    cfg.work_dir = str(work_dir)
+    cfg.model.head.num_classes = cfg.data_preprocessor.num_classes = num_classes
+    cfg.model.backbone.init_cfg = None
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].dataset.update(data_root=data_root,
+                                   classes=osp.join(data_root, 'classes.txt'))
+        cfg[loader].num_workers = 0
+    cfg.log_level = 'WARNING'
+    return cfg
+
+
+def runner_of(cfg, name):
+    cfg.experiment_name = name
+    return Runner.from_cfg(cfg)
+
+
+def test_a_dataset_smaller_than_one_batch_is_named(toy_root, tmp_path):
+    cfg = tiny_dino_config(toy_root, str(tmp_path), max_epochs=1, num_workers=0)
+    cfg.train_dataloader.batch_size = 32  # 16 images, drop_last=True
+    with pytest.raises(ValueError, match=r'train_dataloader\.dataset \(type=.ImageNet., '
+                       r'data_root=.*\) gives no batch: 16 samples \(16 per process\) '
+                       r'are fewer than one batch of 32.*--cfg-options '
+                       r'train_dataloader\.batch_size=16'):
+        build_checked_loop(runner_of(cfg, 'small-dataset'), 'train')
+
+
+def test_an_empty_annotation_list_is_named(toy_root, tmp_path):
+    (tmp_path / 'empty.txt').write_text('')
+    cfg = tiny_dino_config(toy_root, str(tmp_path), max_epochs=1, num_workers=0)
+    cfg.train_dataloader.dataset.ann_file = str(tmp_path / 'empty.txt')
+    with pytest.raises(ValueError, match=r"ann_file='.*empty\.txt'.*\) holds no samples "
+                       r'\(an empty annotation list'):
+        build_checked_loop(runner_of(cfg, 'empty-dataset'), 'train')
+
+
+@pytest.mark.parametrize('mode', ['train', 'test'])
+def test_a_head_for_another_class_count_is_refused(toy_root, tmp_path, mode):
+    cfg = probe_config(toy_root, tmp_path, num_classes=4)  # the toy data has 2
+    with pytest.raises(ValueError, match=r'model\.head\.num_classes is 4, but '
+                       rf'{mode}_dataloader\.dataset .* has 2 classes .*--cfg-options '
+                       r'model\.head\.num_classes=2'):
+        build_checked_loop(runner_of(cfg, f'classes-{mode}'), mode)
+
+
+def imagenet_folder_config(data_root, work_dir, num_classes):
+    """The probe on an ImageNet-type folder without a class list: the dataset keeps
+    mmpretrain's 1000 ImageNet names, while its samples carry the folder labels."""
+    cfg = probe_config(data_root, work_dir, num_classes)
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].dataset.pop('classes')
+        cfg[loader].dataset.type = 'ImageNet'
+    return cfg
+
+
+def test_a_head_that_fits_the_labels_of_an_imagenet_folder_trains(toy_root, tmp_path):
+    runner = runner_of(imagenet_folder_config(toy_root, tmp_path, 2), 'folder-labels')
+    loop = build_checked_loop(runner, 'train')
+    assert len(loop.dataloader.dataset.metainfo['classes']) == 1000
+    assert {loop.dataloader.dataset.get_data_info(i)['gt_label']
+            for i in range(len(loop.dataloader.dataset))} == {0, 1}
+
+
+def test_a_head_smaller_than_the_labels_is_refused(toy_root, tmp_path):
+    cfg = imagenet_folder_config(toy_root, tmp_path, 1)
+    with pytest.raises(ValueError, match=r'model\.head\.num_classes is 1, but '
+                       r'train_dataloader\.dataset .* has labels up to 1: set '
+                       r'--cfg-options model\.head\.num_classes=2'):
+        build_checked_loop(runner_of(cfg, 'labels-beyond-head'), 'train')
+
+
+@pytest.mark.parametrize('workers', [0, 1])
+def test_an_empty_image_file_is_named(toy_root, tmp_path, workers):
+    root = tmp_path / 'toy'
+    shutil.copytree(toy_root, root)
+    broken = sorted(glob.glob(str(root / 'val' / '*' / '*.png')))[0]
+    open(broken, 'wb').close()
+    cfg = probe_config(str(root), tmp_path)
+    cfg.test_dataloader.num_workers = workers
+    loop = build_checked_loop(runner_of(cfg, f'empty-image-{workers}'), 'test')
+    with pytest.raises(ValueError, match=f'cannot read {broken}: cv2.error: .*buf.empty'
+                       r'.* \(an empty or corrupt file\?'):
+        for _ in loop.dataloader:
+            pass
+
+
+def test_the_checked_loop_is_the_one_training_uses(toy_root, tmp_path):
+    cfg = probe_config(toy_root, tmp_path)
+    runner = runner_of(cfg, 'same-loop')
+    loop = build_checked_loop(runner, 'train')
+    assert runner.train_loop is loop and len(loop.dataloader) == 1
+    sample = loop.dataloader.dataset[0]
+    assert sample['inputs'].shape == (3, 64, 64)
+
+
+# -- CPU-distributed BatchNorm -------------------------------------------------------------
+
+def test_per_process_batchnorm_names_the_layer_and_the_fix():
+    from mmengine.model import revert_sync_batchnorm
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1),
+                          nn.SyncBatchNorm(4))
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.SyncBatchNorm)]
+    model = revert_sync_batchnorm(model)
+    require_batch_statistics(model, names)
+    model(torch.randn(2, 3, 8, 8))  # two images: two values per channel
+    with pytest.raises(ValueError, match=r'2: BatchNorm \(SyncBN on GPUs, per-process '
+                       r'BN on the CPU\) got one value per channel \(input \(1, 4, 1, '
+                       r'1\)\).*train_dataloader\.batch_size >= 2'):
+        model(torch.randn(1, 3, 8, 8))
+    model.eval()
+    model(torch.randn(1, 3, 8, 8))  # evaluation uses the running statistics
+
+
+def test_the_cpu_ddp_wrapper_installs_the_check(tmp_path):
+    import torch.distributed as dist
+
+    from mmdinomamba.engine import CPUDistributedDataParallel
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path}/store', rank=0,
+                            world_size=1)
+    try:
+        model = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.SyncBatchNorm(3))
+        wrapped = CPUDistributedDataParallel(model, device_ids=None)
+        with pytest.raises(ValueError, match=r'^1: BatchNorm'):
+            wrapped(torch.randn(1, 3, 4, 4))
+    finally:
+        dist.destroy_process_group()
+
+
+# -- a failed write --------------------------------------------------------------------------
+
+FULL_DISK = """
+import resource, signal, sys, torch
+from mmdinomamba.engine import save_atomic
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (200000, resource.RLIM_INFINITY))
+save_atomic({'state_dict': {'w': torch.zeros(500000)}}, sys.argv[1])
+"""
+
+
+def test_a_write_that_runs_out_of_space_names_the_file(tmp_path):
+    """A write limit stands in for a full disk (InitialWeightsHook's init.pth gave
+    'unexpected pos 524288 vs 524176')."""
+    path = tmp_path / 'init.pth'
+    proc = subprocess.run([sys.executable, '-c', FULL_DISK, str(path)], env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert f'writing {path} failed:' in proc.stderr, proc.stderr[-3000:]
+    assert 'MiB free on its file system; a full disk fails this way' in proc.stderr
+    assert os.listdir(tmp_path) == []  # no partial file, no temporary file
