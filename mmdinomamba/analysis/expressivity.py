@@ -26,7 +26,10 @@ w (D_QK or the state size N) and H heads::
   stall at 1e-2 to 1e-1; docs/expressivity.md.)
 - Heads: with each head's value path carrying the same features, a layer mixes
   tokens by ``sum_h a_h M_h`` (the output projection's share of each head).
-  With one head ``a`` is a scale.
+  With one head ``a`` is a scale. A family whose matrices are per channel
+  (MLLA with LePE: attention plus each channel's 3 x 3 stencil) gets one
+  weight per channel in the same way. A mixer on a token grid gets the grid
+  :func:`~.expressivity_targets.grid_shape` (L), tokens in raster order.
 - Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
   within ``steps`` evaluations (a forward and backward pass each). Adam (lr
   0.03 falling along a cosine, keeping the best parameters it saw) spends a
@@ -51,7 +54,13 @@ linear             :class:`~mmdinomamba.models.mixers.LinearAttention`  <= H w  
 ssd_causal         :class:`~mmdinomamba.models.mixers.SSDMixer`,        L         <= H w
                    ``d_state=w``, ``headdim=2 w``, one direction
 ssd_bidirectional  the same, both directions, M = (M_fwd + M_bwd) / 2  L         <= H w
+mlla               :class:`~mmdinomamba.models.mixers.LinearAttentionMixer`  <= H w    <= H w
+                   ``rope=True``: MLLA's attention without LePE
+mlla_lepe          the same with ``lepe=True``, key ``'whole'``        L         (*)
 =================  ==================================================  ========  ========
+
+(*) the LePE stencil reaches W + 1 raster positions (W the grid's width): the
+block below the diagonal has rank <= H w + W + 1 (no floor drawn).
 
 "block" is the block strictly below the diagonal
 (:func:`~.expressivity_targets.offdiag_block`). The SSD's bound there is N per
@@ -69,7 +78,7 @@ import torch
 import torch.nn as nn
 
 from .adapters import as_mixer
-from .expressivity_targets import check_target, offdiag_block, rank_floors
+from .expressivity_targets import check_target, grid_shape, offdiag_block, rank_floors
 
 Tensor = torch.Tensor
 
@@ -89,6 +98,11 @@ def _softmax(width: int, heads: int) -> nn.Module:
 def _linear(width: int, heads: int) -> nn.Module:
     from mmdinomamba.models.mixers import LinearAttention
     return LinearAttention(width * heads, heads)
+
+
+def _mlla(width: int, heads: int, lepe: bool) -> nn.Module:
+    from mmdinomamba.models.mixers import LinearAttentionMixer
+    return LinearAttentionMixer(width * heads, heads, rope=True, lepe=lepe)
 
 
 def _ssd(width: int, heads: int, bidirectional: bool) -> nn.Module:
@@ -115,9 +129,12 @@ class Family:
         block_rank (callable, optional): ``(width, heads) -> r``, a bound on the
             rank of the block strictly below the diagonal; None if none.
         causal (bool): M is lower triangular (the report draws the causal floor).
-        bytes_per_entry (int): memory a fit holds per entry of one head's
-            matrix of one key (:func:`probe_memory_bytes`).
+        bytes_per_entry (int): memory a fit holds per entry of one matrix of
+            one key (:func:`probe_memory_bytes`).
         description (str): one line for the report.
+        per_channel (bool): the keys' matrices are one per channel
+            (``heads * width`` of them, MLLA's ``'whole'``), not one per head;
+            M weighs each with its own learned weight. Defaults to False.
     """
     build: Callable[[int, int], nn.Module]
     keys: Tuple[str, ...]
@@ -127,6 +144,11 @@ class Family:
     causal: bool
     bytes_per_entry: int
     description: str
+    per_channel: bool = False
+
+    def matrices(self, width: int, heads: int) -> int:
+        """How many matrices each key has (heads, or channels if per_channel)."""
+        return width * heads if self.per_channel else heads
 
 
 def _heads_times_width(width: int, heads: int) -> int:
@@ -152,6 +174,18 @@ FAMILIES: Dict[str, Family] = {
         width_name='N', rank=None, block_rank=_heads_times_width, causal=False,
         bytes_per_entry=160,
         description='Mamba-2 SSD, bidirectional (SSDMixer, bimamba v2)'),
+    'mlla': Family(
+        build=partial(_mlla, lepe=False), keys=('attention', ), width_name='D_QK',
+        rank=_heads_times_width, block_rank=_heads_times_width, causal=False,
+        bytes_per_entry=128,
+        description="MLLA's attention without LePE: ELU + 1, RoPE 2-D "
+        '(LinearAttentionMixer)'),
+    'mlla_lepe': Family(
+        build=partial(_mlla, lepe=True), keys=('whole', ), width_name='D_QK',
+        rank=None, block_rank=None, causal=False, bytes_per_entry=48,
+        per_channel=True,
+        description="MLLA's attention with LePE (3 x 3 depthwise conv of V; "
+        'LinearAttentionMixer)'),
 }
 
 
@@ -202,11 +236,15 @@ class ProbeModel(nn.Module):
         self.embed = nn.Linear(features.shape[1], width * heads, bias=False)
         nn.init.normal_(self.embed.weight, std=features.shape[1] ** -0.5)
         self.mixer = self.family.build(width, heads)
-        self.head_weights = nn.Parameter(torch.full((heads, ), 1.0 / heads))
+        count = self.family.matrices(width, heads)
+        self.head_weights = nn.Parameter(torch.full((count, ), 1.0 / count))
+        mixer = as_mixer(self.mixer)
+        self.grid = (grid_shape(features.shape[0]), ) if mixer.mixing_info().grid else ()
 
     def forward(self) -> Tensor:
         """M, (seqlen, seqlen), differentiable in every parameter."""
-        mats = as_mixer(self.mixer).mixing_matrices(self.embed(self.features)[None])
+        u = self.embed(self.features)[None]
+        mats = as_mixer(self.mixer).mixing_matrices(u, *self.grid)
         M = torch.stack([mats[k][0] for k in self.family.keys]).mean(0)
         return torch.einsum('h,hij->ij', self.head_weights.to(M.dtype), M)
 
@@ -221,14 +259,15 @@ def sample_matrix(family: str, width: int, heads: int, features: Tensor,
         return model()
 
 
-def probe_memory_bytes(family: str, seqlen: int, heads: int) -> int:
+def probe_memory_bytes(family: str, seqlen: int, width: int, heads: int) -> int:
     """An estimate of the memory one fit needs: the family's ``bytes_per_entry``
-    for each head's matrix of each key, plus the float64 target, its float32
+    for each matrix of each key (:meth:`Family.matrices`), plus the float64 target, its float32
     copy and the float64 evaluation. (Measured peak resident memory over the
     process baseline, one head at L = 1024, target included: softmax 94, linear
     80, SSD 125 bytes per entry and matrix.)"""
     fam = check_family(family)
-    return (fam.bytes_per_entry * heads * len(fam.keys) + 32) * seqlen ** 2
+    count = fam.matrices(width, heads) * len(fam.keys)
+    return (fam.bytes_per_entry * count + 32) * seqlen ** 2
 
 
 # --------------------------------------------------------------------------- #
@@ -304,7 +343,7 @@ def check_fit_args(family: str, seqlen: int, width: int, heads: int, steps: int,
     if not (isinstance(memory_limit_gb, (int, float)) and memory_limit_gb > 0):
         raise ValueError(f'memory_limit_gb must be a positive number, got '
                          f'{memory_limit_gb!r}')
-    need = probe_memory_bytes(family, seqlen, heads)
+    need = probe_memory_bytes(family, seqlen, width, heads)
     if need > memory_limit_gb * 2 ** 30:
         raise ValueError(
             f'{family} with {heads} head(s) at L = {seqlen} needs about '

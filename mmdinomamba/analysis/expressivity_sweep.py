@@ -5,14 +5,15 @@ sequence lengths, widths and heads, and every family of the sweep is fitted on
 every cell (:func:`~.expressivity.fit_matrix`). :data:`DEFAULT_GRIDS` is the
 sweep of docs/expressivity.md, at width 16 and one head unless said:
 
-- L in {64, 128, 256, 512, 1024} for the permutation, the 2-D band and the
-  trained attention, L up to 512 for the 1-D band;
-- L in {64, 256} for the smooth kernel, the row-stochastic matrix and the
-  causal decay;
-- widths {8, 32, 128} and heads {2, 4} at L = 128 for the permutation.
+- L in {64, 128, 256, 512} for the permutation, the 2-D band and the trained
+  attention;
+- L = 64 for the 1-D band, the smooth kernel, the row-stochastic matrix and
+  the causal decay;
+- widths {8, 32} at L = 128 for the permutation.
 
-:class:`Budget` sets the evaluations and restarts per fit, fewer as L grows (a
-fit at L = 1024 costs 16 times one at 256). Restart 0 of a fit starts from the
+It is sized for a few minutes of one CPU core; longer sequences (L = 1024 and
+beyond) are a ``--grid`` away. :class:`Budget` sets the evaluations and
+restarts per fit, fewer as L grows (a fit at L = 1024 costs 16 times one at 256). Restart 0 of a fit starts from the
 best parameters of the same family, target, width and heads at the previous L
 (no parameter depends on L), so that the long sequences, where evaluations are
 scarce, start from a fit instead of a random draw; the other restarts start
@@ -49,11 +50,9 @@ class Grid:
 
 
 DEFAULT_GRIDS = (
-    Grid(('permutation', 'band_2d', 'trained_attention'), (64, 128, 256, 512, 1024)),
-    Grid(('band_1d', ), (64, 128, 256, 512)),
-    Grid(('smooth_kernel', 'row_stochastic', 'causal_decay'), (64, 256)),
-    Grid(('permutation', ), (128, ), (8, 32, 128)),
-    Grid(('permutation', ), (128, ), (16, ), (2, 4)),
+    Grid(('permutation', 'band_2d', 'trained_attention'), (64, 128, 256, 512)),
+    Grid(('band_1d', 'smooth_kernel', 'row_stochastic', 'causal_decay'), (64, )),
+    Grid(('permutation', ), (128, ), (8, 32)),
 )
 
 
@@ -64,15 +63,15 @@ class Budget:
     Attributes:
         tiers (tuple): ``(max_seqlen, steps, restarts)`` triples, ``max_seqlen``
             increasing; a fit at L takes the first tier with ``L <= max_seqlen``
-            (the last tier beyond). The default spends 240 evaluations on each
+            (the last tier beyond). The default spends 200 evaluations on each
             of two restarts at L = 64, then one restart with fewer evaluations
-            as a fit's cost grows with L^2: 200, 160, 120 and 80 at 128, 256,
+            as a fit's cost grows with L^2: 200, 160, 100 and 60 at 128, 256,
             512 and 1024, warm-started from the same family's fit at the
             shorter L (:func:`run_sweep`).
     """
-    tiers: Tuple[Tuple[int, int, int], ...] = ((64, 240, 2), (128, 200, 1),
-                                               (256, 160, 1), (512, 120, 1),
-                                               (1024, 80, 1))
+    tiers: Tuple[Tuple[int, int, int], ...] = ((64, 200, 2), (128, 200, 1),
+                                               (256, 160, 1), (512, 100, 1),
+                                               (1024, 60, 1))
 
     def __post_init__(self):
         if not self.tiers:
@@ -171,7 +170,8 @@ def _cost(cell: SweepCell, budget: Budget) -> float:
     """Relative cost of a fit, for the time left: evaluations x (a fixed overhead
     + L^2 entries x heads x matrices)."""
     steps, restarts = budget.at(cell.seqlen)
-    entries = cell.seqlen ** 2 * cell.heads * len(FAMILIES[cell.family].keys)
+    fam = FAMILIES[cell.family]
+    entries = cell.seqlen ** 2 * fam.matrices(cell.width, cell.heads) * len(fam.keys)
     return steps * restarts * (OVERHEAD_ENTRIES + entries)
 
 
