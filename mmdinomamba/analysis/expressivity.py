@@ -82,7 +82,7 @@ from .expressivity_targets import check_target, grid_shape, offdiag_block, rank_
 
 Tensor = torch.Tensor
 
-__all__ = ['FAMILIES', 'Family', 'FitResult', 'ProbeModel', 'check_family',
+__all__ = ['FAMILIES', 'Family', 'FitResult', 'ProbeModel', 'check_device', 'check_family',
            'check_fit_args', 'fit_matrix', 'has_offdiag_block', 'probe_memory_bytes',
            'sample_matrix', 'token_features']
 
@@ -196,6 +196,22 @@ def check_family(name: str) -> Family:
         raise ValueError(f'unknown mixer family {name!r}; choose one of '
                          f'{sorted(FAMILIES)}')
     return FAMILIES[name]
+
+
+def check_device(device) -> torch.device:
+    """``device`` as a torch.device, or a ValueError if it names no device this
+    process can use (a CUDA device without CUDA, or beyond the devices seen)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f'unknown device {device!r} ({err}); use e.g. cpu or cuda:0')
+    if dev.type == 'cuda' and (not torch.cuda.is_available() or
+                               (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f'device {device!r} is not available here '
+                         f'({torch.cuda.device_count()} CUDA device(s) seen); use cpu')
+    if dev.type not in ('cpu', 'cuda'):
+        raise ValueError(f'device {device!r}: the probe runs on cpu or cuda')
+    return dev
 
 
 def _check_size(name: str, value) -> None:
@@ -451,7 +467,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                memory_limit_gb: float = 8.0, keep_matrix: bool = False,
                floors: Optional[Dict[str, Dict[int, float]]] = None,
                features: Optional[Tensor] = None, feature_dim: int = 64,
-               warm_start: Optional[Dict[str, Tensor]] = None) -> FitResult:
+               warm_start: Optional[Dict[str, Tensor]] = None,
+               device='cpu') -> FitResult:
     """Fit a family's M to ``target`` (module docstring).
 
     Every argument is checked before any work starts.
@@ -478,6 +495,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
             e.g. the fit of the same family and width to a shorter sequence:
             none of them depends on L) that restart 0 starts from instead of
             its random draw.
+        device (str | torch.device): where the fit runs (the target, errors,
+            floors and the returned state stay on the CPU). Defaults to 'cpu'.
 
     Returns:
         FitResult.
@@ -486,6 +505,7 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
     seqlen = target.shape[0]
     fam = check_fit_args(family, seqlen, width, heads, steps, restarts,
                          memory_limit_gb)
+    device = check_device(device)
     if features is None:
         features = token_features(seqlen, feature_dim, seed)
     elif features.dim() != 2 or features.shape[0] != seqlen:
@@ -503,13 +523,13 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
     result = FitResult(family, width, heads, seqlen, rank=rank, block_rank=block_rank,
                        floor=floors['whole'].get(rank),
                        block_floor=floors['block'].get(block_rank))
-    T32 = T64.float()
+    T32 = T64.float().to(device)
     scale = T32.pow(2).sum()
     start = time.perf_counter()
     best = None
     for restart in range(restarts):
         torch.manual_seed(seed + restart)
-        model = ProbeModel(family, width, heads, features)
+        model = ProbeModel(family, width, heads, features).to(device)
         if restart == 0 and warm_start is not None:
             model.load_state_dict(dict(warm_start, features=model.features))
         M = model()
@@ -518,17 +538,18 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                 f'{type(model.mixer).__name__}.mixing_matrices returned a matrix '
                 'without gradient: the mixing-matrix protocol must follow the '
                 "caller's grad mode (remove its torch.no_grad)")
-        result.initial_errors.append(_relative_error(M.detach().double(), T64))
+        result.initial_errors.append(_relative_error(M.detach().double().cpu(), T64))
         _minimise(model, lambda M: (M - T32).pow(2).sum() / scale, steps)
         with torch.no_grad():
-            M = copy.deepcopy(model).double()()
+            M = copy.deepcopy(model).double()().cpu()
         error = _relative_error(M, T64) if torch.isfinite(M).all() else math.inf
         result.errors.append(error)
         result.block_errors.append(_relative_error(offdiag_block(M), T_block)
                                    if has_block and math.isfinite(error) else None)
         if best is None or error < best:
             best = error
-            result.state = {name: value for name, value in model.state_dict().items()
+            result.state = {name: value.detach().cpu()
+                            for name, value in model.state_dict().items()
                             if name != 'features'}
             result.matrix = M if keep_matrix else None
     result.seconds = time.perf_counter() - start

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from mmengine.logging import print_log
 
-from .expressivity import (FAMILIES, check_family, check_fit_args, fit_matrix,
-                           has_offdiag_block, token_features)
+from .expressivity import (FAMILIES, check_device, check_family, check_fit_args,
+                           fit_matrix, has_offdiag_block, token_features)
 from .expressivity_targets import (TARGETS, build_target, causal_floor, check_target,
                                    offdiag_block, rank_floors)
 
@@ -191,7 +191,8 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
               budget: Budget = Budget(), feature_dim: int = 128, seed: int = 0,
               memory_limit_gb: float = 8.0,
               trained_attention: Optional[Callable[[int], Tensor]] = None,
-              show_seqlen: Optional[int] = None, progress: bool = True) -> dict:
+              show_seqlen: Optional[int] = None, progress: bool = True,
+              device='cpu') -> dict:
     """Fit every family on every cell of ``grids``.
 
     Args:
@@ -209,6 +210,8 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
         show_seqlen (int, optional): keep the fitted matrices (and the targets)
             at this L, for the figure of matrices.
         progress (bool): log one line per fit. Defaults to True.
+        device (str | torch.device): where the fits run
+            (:func:`~.expressivity.fit_matrix`). Defaults to 'cpu'.
 
     Returns:
         dict: ``meta``, ``targets`` (one per target and L: floors), ``fits`` (one
@@ -218,6 +221,7 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
     """
     cells = plan_sweep(families, grids, budget, memory_limit_gb,
                        trained_attention is not None)
+    device = check_device(device)
     start = time.perf_counter()
     total_cost = sum(_cost(c, budget) for c in cells)
     done_cost = 0.0
@@ -261,7 +265,8 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
         result = fit_matrix(T, cell.family, cell.width, cell.heads, steps=steps,
                             restarts=restarts, seed=seed, memory_limit_gb=memory_limit_gb,
                             keep_matrix=keep, floors=floors,
-                            features=features[cell.seqlen], warm_start=warm.get(line))
+                            features=features[cell.seqlen], warm_start=warm.get(line),
+                            device=device)
         warm_from = warm_seqlen.get(line)
         warm[line], warm_seqlen[line] = result.state, cell.seqlen
         if keep:
@@ -293,6 +298,7 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
                              for name in sorted({c.target for c in cells})},
         grids=[asdict(g) for g in grids], budget=asdict(budget),
         feature_dim=feature_dim, seed=seed, torch_threads=torch.get_num_threads(),
+        device=str(device),
         torch_version=torch.__version__, wall_seconds=time.perf_counter() - start,
         fits=len(cells), show_seqlen=show_seqlen)
     return dict(meta=meta, targets=[dict(v, floors={str(r): f for r, f in

@@ -267,6 +267,10 @@ def test_bad_targets_fail_first(no_work):
         fit_matrix(torch.eye(64), 'ssd_bidirectional', 4, 4, memory_limit_gb=1e-4)
     with pytest.raises(ValueError, match='features must have shape'):
         fit_matrix(torch.eye(4), 'linear', 2, features=torch.ones(5, 3))
+    with pytest.raises(ValueError, match="device 'cuda:99' is not available.*use cpu"):
+        fit_matrix(torch.eye(4), 'linear', 2, device='cuda:99')
+    with pytest.raises(ValueError, match='runs on cpu or cuda'):
+        fit_matrix(torch.eye(4), 'linear', 2, device='meta')
 
 
 def test_bad_sweeps_fail_first(no_work, monkeypatch):

@@ -91,6 +91,8 @@ def test_trained_attention_is_the_heads_matrix_among_the_patches(checkpoint):
     (['--grid', 'permutation', '16', '4', '1', '--families', 'rwkv'],
      'unknown mixer family'),
     (['--grid', 'permutation', '300000', '4', '1'], 'GiB'),
+    (['--grid', 'permutation', '16', '4', '1', '--device', 'cuda:99'],
+     "device 'cuda:99' is not available"),
 ])
 def test_tool_refuses_bad_sweeps_before_any_work(tmp_path, tool, extra, message,
                                                 capsys):

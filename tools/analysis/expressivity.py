@@ -19,7 +19,7 @@ import argparse
 import sys
 from functools import partial
 
-from mmdinomamba.analysis.expressivity import FAMILIES
+from mmdinomamba.analysis.expressivity import FAMILIES, check_device
 from mmdinomamba.analysis.expressivity_report import write_expressivity_report
 from mmdinomamba.analysis.expressivity_sweep import (DEFAULT_GRIDS, Budget, Grid,
                                                      plan_sweep, run_sweep)
@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--image', help='image file for the trained attention '
                         '(default: a rich toy image)')
     parser.add_argument('--title', default='Expressivity of token mixers')
+    parser.add_argument('--device', default='cpu',
+                        help='where the fits run: cpu or cuda[:N] (default: cpu)')
     parser.add_argument('--no-progress', action='store_true')
     return parser
 
@@ -81,6 +83,7 @@ def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_device(args.device)
         grids = grids_from_args(args.grid)
         budget = Budget(tuple(tuple(t) for t in args.budget)) if args.budget \
             else Budget()
@@ -104,7 +107,7 @@ def main(argv=None) -> dict:
                              image=args.image, seed=args.seed)
         results = run_sweep(args.families, grids, budget, args.feature_dim, args.seed,
                             args.memory_limit_gb, loader, args.show_seqlen or None,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, device=args.device)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f'expressivity: {err}')
     if needs_model:
