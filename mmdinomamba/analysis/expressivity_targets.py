@@ -303,8 +303,9 @@ def trained_attention(backbone, cfg, seqlen: int, layer: int = -1, head: int = 0
     with eval_no_grad(api):
         out = api.forward_intermediates(pixels, [index], mixer_inputs=True)
     key = 'combined' if 'combined' in info.keys else info.keys[0]
-    M = mixing_matrices(mixer, out.mixer_inputs[index])[key][0, head]
-    patches = out.layout.patches.to(M.device)
+    layout = out.layout_of(index)  # grid mixers (MLLA) get the block's grid
+    M = mixing_matrices(mixer, out.mixer_inputs[index], hw=layout.hw)[key][0, head]
+    patches = layout.patches.to(M.device)
     if len(patches) != seqlen:
         raise ValueError(f'the image gave {len(patches)} patches, not {seqlen}')
     return M[patches][:, patches].cpu()

@@ -102,3 +102,27 @@ def test_tool_refuses_bad_sweeps_before_any_work(tmp_path, tool, extra, message,
                    str(tmp_path / 'missing.pth')] + extra)
     assert message in str(err.value)
     assert not out.exists()
+
+
+def test_trained_attention_of_a_grid_mixer():
+    """A PlainMLLA (grid mixer: RoPE and LePE need the grid) gives its block's
+    'attention' matrix of the head, computed on the block's grid, all tokens
+    patches (no [CLS])."""
+    from mmengine.config import Config
+
+    from mmdinomamba.analysis.expressivity_targets import (normalise_image,
+                                                           trained_attention,
+                                                           trained_attention_image)
+    from mmdinomamba.analysis.loading import load_backbone
+    from mmdinomamba.analysis.mixing import capture_mixer_inputs, mixing_matrices
+    cfg = Config(dict(model=dict(backbone=dict(
+        type='PlainMLLA', arch=dict(embed_dims=32, num_layers=2, num_heads=2,
+                                    mlp_ratio=2), img_size=32, patch_size=8))))
+    torch.manual_seed(0)
+    backbone = load_backbone(cfg)
+    T = trained_attention(backbone, cfg, 24, layer=1, head=1)
+    assert T.shape == (24, 24)
+    u = capture_mixer_inputs(backbone, normalise_image(trained_attention_image(24, 8),
+                                                       cfg), [1])[1]
+    M = mixing_matrices(backbone.token_mixer(1), u, hw=(4, 6))['attention'][0, 1]
+    torch.testing.assert_close(T, M, rtol=1e-12, atol=1e-12)
