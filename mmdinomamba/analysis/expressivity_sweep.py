@@ -16,7 +16,9 @@ beyond) are a ``--grid`` away. :class:`Budget` sets the evaluations and
 restarts per fit, fewer as L grows (a fit at L = 1024 costs 16 times one at 256). Restart 0 of a fit starts from the
 best parameters of the same family, target, width and heads at the previous L
 (no parameter depends on L), so that the long sequences, where evaluations are
-scarce, start from a fit instead of a random draw; the other restarts start
+scarce, start from a fit instead of a random draw; the other restarts, and
+every restart on a random target (a new permutation or row-stochastic draw at
+each L, where a fit of the last draw is a worse start than a random one), start
 from random draws. Every cell is checked (family, target, sizes, the memory it
 needs) before the first fit; a line per fit reports the error, the floor and
 the time left.
@@ -262,6 +264,9 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
         keep = show_seqlen == cell.seqlen and cell.width == grids[0].widths[0] and \
             cell.heads == grids[0].heads[0]
         line = (cell.family, cell.target, cell.width, cell.heads)
+        if TARGETS[cell.target].random:  # a new draw at each L: nothing to carry over
+            warm.pop(line, None)
+            warm_seqlen.pop(line, None)
         result = fit_matrix(T, cell.family, cell.width, cell.heads, steps=steps,
                             restarts=restarts, seed=seed, memory_limit_gb=memory_limit_gb,
                             keep_matrix=keep, floors=floors,
