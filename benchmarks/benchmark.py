@@ -7,13 +7,19 @@ A benchmark beside the package (it is not installed with it), run from a checkou
         --out work_dirs/benchmark.json
     python benchmarks/benchmark.py --device cpu host    # the fused path's host work
     python benchmarks/benchmark.py kernel --batch 128 --seqlen 198
-    python benchmarks/benchmark.py profile --model dinovim-b --step train
+    python benchmarks/benchmark.py profile --model dinovim-base --step train
+    python benchmarks/benchmark.py --amp bf16 loop --task cls --models mlla-tiny \
+        swin-tiny --size 224 --batch 128      # tools/train.py, synthetic data
 
 ``benchmarks/README.md`` says what each mode measures and holds the current figures.
-Every mode measures in one process, so that ratios compare like with like; the
-table goes to stdout and ``--out`` writes the full results as JSON (atomically):
+Every mode but ``loop`` measures in one process, so that ratios compare like with
+like; the table goes to stdout and ``--out`` writes the full results as JSON
+(atomically; ``models`` and ``loop`` also after each row, marked ``partial``).
+Models are named once for every mode (:data:`MODELS`: mmpretrain-style names,
+short aliases accepted):
 
-* :func:`run_models` (``models``): for each backbone, input size and batch size,
+* :func:`run_models` (``models``): for each backbone (MLLA, DinoVim, LinearViT,
+  mmpretrain's ViT-B and Swin-T), input size and batch size,
   inference throughput (``torch.no_grad``, autocast), training-step throughput
   (forward, backward and an AdamW step, fused on CUDA as in the shipped schedules)
   and peak memory, eager and optionally replayed from a CUDA graph (no host launch
@@ -32,10 +38,14 @@ table goes to stdout and ``--out`` writes the full results as JSON (atomically):
   (no GPU host's drift; :func:`mmdinomamba.ops.skip_kernels`);
 * :func:`run_kernel` (``kernel``): the SSD op (:func:`mmdinomamba.ops.ssd_scan`) on
   its own;
-* :func:`profile_model` (``profile``): where one step of one model spends its time.
+* :func:`profile_model` (``profile``): where one step of one model spends its time;
+* :func:`run_loop` (``loop``): ``tools/train.py`` as users run it, with the shipped
+  classification or DINO configs on synthetic ImageNet-layout JPEGs, one process
+  per model: s/iter, images/s and peak memory from mmengine's log.
 
-Every timing is the median over ``repeats`` timed runs of ``iters`` steps each,
-after ``warmup`` untimed steps, with the device synchronised around each run.
+Every timing but the loop's is the median over ``repeats`` timed runs of
+``iters`` steps each, after ``warmup`` untimed steps, with the device
+synchronised around each run.
 """
 import argparse
 import contextlib
@@ -44,7 +54,9 @@ import gc
 import os
 import os.path as osp
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -55,36 +67,69 @@ import torch
 from mmdinomamba.engine import graphed_blocks
 from mmdinomamba.engine.checkpoint import dump_atomic
 from mmdinomamba.engine.hooks.compile_hook import compile_submodules
-from mmdinomamba.models.backbones import DinoVim, LinearViT
+from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
 from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
                              triton_available)
 
-# Backbones by name; 'vit-b' is the baseline every ratio refers to.
+SIZES = ('tiny', 'small', 'base')
+# The names of every mode: backbones by their mmpretrain-style names (ALIASES adds
+# the short ones, 'mlla-t', 'vit-b', 'reg-b', ...). 'vit-base' is the baseline
+# every ratio refers to. The DINO configs (DINO_CONFIGS) and the classification
+# configs of the training loop (CLS_CONFIGS) are keyed by the same names.
 MODELS = {
-    'dinovim-t': dict(type='DinoVim', arch='tiny'),
-    'dinovim-s': dict(type='DinoVim', arch='small'),
-    'dinovim-b': dict(type='DinoVim', arch='base'),
-    'reg-b': dict(type='DinoVim', arch='base', num_registers=12),
-    'linearvit-b': dict(type='LinearViT', arch='base'),
-    'vit-b': dict(type='ViT', arch='base'),
+    'vit-base': dict(type='ViT', arch='base'),
+    'swin-tiny': dict(type='Swin', arch='tiny'),
+    **{f'dinovim-{a}': dict(type='DinoVim', arch=a) for a in SIZES},
+    'dinomamba-reg-base': dict(type='DinoVim', arch='base', num_registers=12),
+    'linearvit-base': dict(type='LinearViT', arch='base'),
+    **{f'mlla-{a}': dict(type='MLLA', arch=a) for a in SIZES},
     # the block modules called one at a time (the stack runner DinoVim.loop_blocks):
     # the eager path before the one-call stack, the same numbers
-    **{f'dinovim-{s}-loop': dict(type='DinoVim', arch=a, stack_runner='loop')
-       for s, a in (('t', 'tiny'), ('s', 'small'), ('b', 'base'))},
+    **{f'dinovim-{a}-loop': dict(type='DinoVim', arch=a, stack_runner='loop')
+       for a in SIZES},
+    # the RoPE table built in every mixer call (the code before one table per stage
+    # and forward): the same numbers
+    **{f'mlla-{a}-rope-per-call': dict(type='MLLA', arch=a, rope_tables='per-call')
+       for a in SIZES},
 }
-BASELINE = 'vit-b'
+BASELINE = 'vit-base'
+
+
+def _short(name: str) -> str:
+    return re.sub(r'-(tiny|small|base)(?=-|$)', lambda m: '-' + m.group(1)[0], name)
+
+
+ALIASES = {**{_short(name): name for name in MODELS if _short(name) != name},
+           'reg-b': 'dinomamba-reg-base'}
+
+
+def model_name(name: str) -> str:
+    """The table's name for ``name``: a name of :data:`MODELS` or a short alias
+    (``'mlla-t'`` -> ``'mlla-tiny'``); anything else comes back as it is (argparse's
+    ``choices`` then names the valid ones)."""
+    return ALIASES.get(name, name)
+
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # The repository's configs/, found from this file's place in the checkout
 # (``dino-step --config-dir`` points elsewhere)
-CONFIG_DIR = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs',
-                      'dino')
+CONFIG_DIR = osp.join(REPO, 'configs', 'dino')
 # The shipped DINO pretraining configs by name, as files of a config directory
 DINO_CONFIGS = {
-    name: f'dino_{arch}-p16_4xb48-amp-100e_in1k.py'
-    for name, arch in (('dinovim-t', 'dinovim-tiny'), ('dinovim-s', 'dinovim-small'),
-                       ('dinovim-b', 'dinovim-base'), ('reg-b', 'dinomamba-reg-base'),
-                       ('linearvit-b', 'linearvit-base'), ('vit-b', 'vit-base'))
+    name: f'dino_{name}-p16_4xb48-amp-100e_in1k.py'
+    for name in ('dinovim-tiny', 'dinovim-small', 'dinovim-base', 'dinomamba-reg-base',
+                 'linearvit-base', 'vit-base')
 }
-DINO_BASELINE = 'vit-b'
+DINO_BASELINE = 'vit-base'
+# ImageNet classification configs by name (the training loop's ``--task cls``):
+# ours, and mmpretrain's own for the baselines (``pkg::path``, read from the
+# installed package)
+CLS_CONFIGS = {
+    'vit-base': 'mmpretrain::vision_transformer/vit-base-p16_64xb64_in1k.py',
+    'swin-tiny': 'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py',
+    **{f'mlla-{a}': osp.join(REPO, 'configs', 'mlla', f'mlla-{a}_32xb128-300e_in1k.py')
+       for a in SIZES},
+}
 AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'none': None}
 DROP_PATH_RATE = 0.1
 
@@ -256,21 +301,51 @@ def build_vit_b(img_size: int) -> torch.nn.Module:
     return model
 
 
+def build_swin(img_size: int, **cfg) -> torch.nn.Module:
+    """mmpretrain's ``SwinTransformer`` (the hierarchical baseline; ``arch`` as
+    mmpretrain's, 'tiny' = Swin-T), its last stage's map as output."""
+    from mmpretrain.models import SwinTransformer
+    model = SwinTransformer(img_size=img_size, **cfg)
+    model.baseline_source = 'mmpretrain.SwinTransformer'
+    return model
+
+
+MODEL_TYPES = ('DinoVim', 'LinearViT', 'MLLA', 'Swin', 'ViT')
+
+
 def build_model(spec: dict, img_size: int) -> torch.nn.Module:
     """A backbone from a :data:`MODELS`-style spec, sized for ``img_size``."""
     cfg = dict(spec)
     kind = cfg.pop('type')
     if kind == 'ViT':
         return build_vit_b(img_size)
-    cls = {'DinoVim': DinoVim, 'LinearViT': LinearViT}.get(kind)
-    if cls is None:
+    if kind not in MODEL_TYPES:
         raise ValueError(f'benchmark: unknown model type {kind!r}; choose one of '
-                         "'DinoVim', 'LinearViT', 'ViT'")
+                         f'{MODEL_TYPES}')
     runner = cfg.pop('stack_runner', None)
+    rope_tables = cfg.pop('rope_tables', None)
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
-    model = cls(img_size=img_size, **cfg)
+    if kind == 'Swin':
+        return build_swin(img_size, **cfg)
+    model = dict(DinoVim=DinoVim, LinearViT=LinearViT, MLLA=MLLA)[kind](
+        img_size=img_size, **cfg)
     set_stack_runner(model, runner)
+    set_rope_tables(model, rope_tables)
     return model
+
+
+def set_rope_tables(model: torch.nn.Module, how: Optional[str]) -> None:
+    """Where an MLLA's mixers get their RoPE table: None keeps the model's own
+    way (one table per stage and forward, shared by the stage's blocks:
+    :meth:`~mmdinomamba.models.backbones.mlla.MLLAStage.rope_table`);
+    'per-call' has every mixer call build its own (the slow twin: the code
+    before the shared table, the same numbers)."""
+    if how not in (None, 'per-call'):
+        raise ValueError(f"benchmark: rope_tables must be None or 'per-call', "
+                         f'got {how!r}')
+    if how == 'per-call':
+        for stage in model.layers:
+            stage.rope_table = lambda hw, like: None
 
 
 def set_stack_runner(model: torch.nn.Module, runner: Optional[str]) -> None:
@@ -340,7 +415,8 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
                   warmup: int, repeats: int, iters: int,
                   graph: bool = False,
                   compile_mode: Optional[str] = None,
-                  graph_blocks: bool = False) -> Dict[str, object]:
+                  graph_blocks: bool = False,
+                  compile_scope: str = 'model') -> Dict[str, object]:
     """Inference and training-step figures of one model at one (size, batch).
 
     Eager figures always (with ``compile_mode``, a ``torch.compile`` mode, the
@@ -356,7 +432,7 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
     if graph_blocks:
         graphed_blocks.graph_blocks(model)
     if compile_mode:
-        model.compile(mode=compile_mode, dynamic=False)
+        compile_model(model, compile_mode, compile_scope)
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     res: Dict[str, object] = dict(
         params_m=sum(p.numel() for p in model.parameters()) / 1e6)
@@ -393,6 +469,39 @@ def measure_model(model: torch.nn.Module, img_size: int, batch: int,
     return res
 
 
+COMPILE_SCOPES = ('model', 'blocks')
+
+
+def compile_model(model: torch.nn.Module, mode: str, scope: str = 'model') -> None:
+    """``torch.compile`` a backbone in place (``dynamic=False``).
+
+    ``scope='model'`` compiles the whole model (what ``CompileModulesHook`` does
+    with ``modules=['backbone']``); ``'blocks'`` compiles each block on its own
+    (regional compilation): every child of each ``nn.ModuleList`` that holds no
+    other ``ModuleList`` (ViT's ``layers``, Swin's and MLLA's stages' ``blocks``,
+    DinoVim's ``layers``), the rest eager. Blocks of one class and shape share
+    one compiled graph, so compiling costs about one block per stage instead of
+    the whole network; a DinoVim's stack runs fused kernels
+    (:func:`mmdinomamba.ops.run_blocks`) that do not call its block modules, so
+    there it changes nothing.
+    """
+    if scope == 'model':
+        model.compile(mode=mode, dynamic=False)
+        return
+    if scope != 'blocks':
+        raise ValueError(f'benchmark: compile scope must be one of {COMPILE_SCOPES}, '
+                         f'got {scope!r}')
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)
+             and not any(isinstance(c, torch.nn.ModuleList) for c in m.modules()
+                         if c is not m)]
+    if not lists:
+        raise ValueError(f'benchmark: {type(model).__name__} has no block list '
+                         "(nn.ModuleList) to compile; use --compile-scope model")
+    for blocks in lists:
+        for block in blocks:
+            block.compile(mode=mode, dynamic=False)
+
+
 def _ssd_path(model: torch.nn.Module, device: torch.device) -> str:
     """Which SSD path a DinoVim takes on ``device`` ('fused-triton' or a backend)."""
     mixer = next((m for m in model.modules() if hasattr(m, 'uses_fused_path')), None)
@@ -410,14 +519,17 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                warmup: int, repeats: int, iters: int,
                baseline: Optional[str] = BASELINE, graph: bool = False,
                compile_mode: Optional[str] = None,
-               graph_blocks: bool = False, rounds: int = 1) -> List[dict]:
+               graph_blocks: bool = False, rounds: int = 1,
+               on_row: Optional[Callable[[List[dict]], None]] = None,
+               compile_scope: str = 'model') -> List[dict]:
     """Measure every (model, size) pair; add ratios to ``baseline`` (a key of specs).
 
     With ``rounds`` > 1 every pair is measured that many times, the models taking
     turns (baseline, A, B, baseline, A, B, ...), and each row keeps its best round
     (:func:`best_of_rounds`): a shared machine's host slows down by up to 2-3x for
     tens of seconds at a time (README.md, "The host's drift"), which one
-    round per model turns into a ratio of two unlike machines.
+    round per model turns into a ratio of two unlike machines. ``on_row(rows)``
+    is called with the rows of the round so far after each one (to save them).
 
     Returns:
         list[dict]: one row per (model, size) with the figures of
@@ -431,26 +543,37 @@ def run_models(specs: Dict[str, dict], sizes: Sequence[int], batches: Sequence[i
                          f'{list(sizes)} and batch sizes {list(batches)}')
     rows = in_rounds(lambda: _measure_all(specs, sizes, batches, device, amp, modes,
                                           warmup, repeats, iters, graph, compile_mode,
-                                          graph_blocks), rounds)
+                                          graph_blocks, on_row, compile_scope), rounds)
     add_ratios(rows, baseline)
     return rows
 
 
 def _measure_all(specs, sizes, batches, device, amp, modes, warmup, repeats, iters,
-                 graph, compile_mode, graph_blocks) -> List[dict]:
+                 graph, compile_mode, graph_blocks, on_row=None,
+                 compile_scope='model') -> List[dict]:
     """One round of :func:`run_models`: a row per (size, model), printed as it
-    comes."""
+    comes. With ``compile_mode`` every model starts from an empty compile cache
+    (``torch._dynamo.reset``), under a recompile limit that its blocks' shapes and
+    both grad modes fit in (the default 8 would fall back to eager unseen)."""
+    if compile_mode:
+        import torch._dynamo
+        for key in ('recompile_limit', 'cache_size_limit'):
+            if hasattr(torch._dynamo.config, key):
+                setattr(torch._dynamo.config, key, 64)
     rows = []
     for size, batch in zip(sizes, batches):
         for name, spec in specs.items():
             row = dict(model=name, img_size=size, batch=batch)
+            if compile_mode:
+                row['compile'] = f'{compile_mode}, {compile_scope}'
+                torch._dynamo.reset()
             try:
                 model = build_model(spec, size)
                 row['source'] = getattr(model, 'baseline_source', spec['type'])
                 row['ssd_path'] = _ssd_path(model, device)
                 row.update(measure_model(model, size, batch, device, amp, modes,
                                          warmup, repeats, iters, graph, compile_mode,
-                                         graph_blocks))
+                                         graph_blocks, compile_scope))
             except Exception as e:  # OOM, a missing baseline: report and go on
                 row['error'] = f'{type(e).__name__}: {e}'.splitlines()[0][:300]
                 traceback.print_exc()
@@ -459,6 +582,8 @@ def _measure_all(specs, sizes, batches, device, amp, modes, warmup, repeats, ite
                 _reset_peak(device)
             rows.append(row)
             print(format_row(row), flush=True)
+            if on_row is not None:
+                on_row(rows)
     return rows
 
 
@@ -532,8 +657,8 @@ def _fmt(v, spec: str) -> str:
 
 def format_row(r: dict) -> str:
     if 'error' in r:
-        return f"{r['model']:<12} {r['img_size']:>5} {r['batch']:>5}  ERROR {r['error']}"
-    cells = [f"{r['model']:<12} {r['img_size']:>5} {r['batch']:>5}"]
+        return f"{r['model']:<24} {r['img_size']:>5} {r['batch']:>5}  ERROR {r['error']}"
+    cells = [f"{r['model']:<24} {r['img_size']:>5} {r['batch']:>5}"]
     for key in ('infer', 'train', 'infer_graph', 'train_graph'):
         cells.append(f"{_fmt(r.get(key + '_img_s'), '9.1f')} "
                      f"{_fmt(r.get(key + '_vs_baseline'), '5.2f'):>5}")
@@ -549,7 +674,7 @@ def format_row(r: dict) -> str:
 
 def format_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
-    head = (f"{'model':<12} {'px':>5} {'batch':>5} "
+    head = (f"{'model':<24} {'px':>5} {'batch':>5} "
             + ' '.join(f'{name:>9} {ratio:>5}' for name in
                        ('infer/s', 'train/s', 'gInfer/s', 'gTrain/s'))
             + f" {'trainGiB':>8} {'inferGiB':>8} {'iHostMs':>8} {'hostMs':>9} "
@@ -935,8 +1060,8 @@ def _dino_path(r: dict) -> str:
 
 def format_dino_row(r: dict) -> str:
     if 'error' in r:
-        return f"{r['model']:<12}  ERROR {r['error']}"
-    return (f"{r['model']:<12} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
+        return f"{r['model']:<20}  ERROR {r['error']}"
+    return (f"{r['model']:<20} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
             f"{_fmt(r.get('img_s_vs_baseline'), '5.2f'):>5} "
             f"{_fmt(r.get('host_ms'), '8.1f')} {_fmt(r.get('launches'), '8d')} "
             f"{_fmt(r.get('pycalls'), '8d')} {_fmt(r.get('ops'), '8d')} "
@@ -947,11 +1072,249 @@ def format_dino_row(r: dict) -> str:
 
 def format_dino_table(rows: List[dict], baseline: Optional[str]) -> str:
     ratio = f"x{baseline or '-'}"[:5]
-    head = (f"{'model':<12} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
+    head = (f"{'model':<20} {'batch':>5} {'s/iter':>8} {'img/s':>9} {ratio:>5} "
             f"{'hostMs':>8} {'launches':>8} {'pyCalls':>8} {'torchOps':>8} "
             f"{'peakGiB':>7} {'resGiB':>7} "
             f"{'steady':>7}  compile")
     return '\n'.join([head, '-' * len(head)] + [format_dino_row(r) for r in rows])
+
+
+# --------------------------------------------------------------------------- #
+# Loop mode: tools/train.py as users run it, on synthetic ImageNet-layout data
+# --------------------------------------------------------------------------- #
+TASKS = ('cls', 'dino')
+COMPILED = '+compile'  # a model name's suffix: compiled (CompileModulesHook)
+# what CompileModulesHook compiles, per task: the backbones
+COMPILE_MODULES = dict(cls=['backbone'], dino=['backbone', 'teacher.backbone'])
+MAKE_DATA = osp.join(REPO, 'benchmarks', 'make_synthetic_imagenet.py')
+TRAIN = osp.join(REPO, 'tools', 'train.py')
+# tools/train.py's mixed-precision flags per --amp
+LOOP_AMP_FLAGS = {None: [], 'bf16': ['--amp', '--amp-dtype', 'bfloat16'],
+                  'fp16': ['--amp']}
+
+
+def task_configs(task: str, config_dir: str = CONFIG_DIR) -> Dict[str, str]:
+    """The loop's configs by model name: ``'dino'`` the shipped DINO pretraining
+    configs (files of ``config_dir``), ``'cls'`` the ImageNet classification
+    configs (:data:`CLS_CONFIGS`)."""
+    if task == 'dino':
+        return {name: osp.join(config_dir, f) for name, f in DINO_CONFIGS.items()}
+    if task == 'cls':
+        return dict(CLS_CONFIGS)
+    raise ValueError(f'benchmark loop: task must be one of {TASKS}, got {task!r}')
+
+
+def load_named_config(path: str):
+    """A config from a file, or ``pkg::path`` from an installed OpenMMLab
+    package's own configs (as ``_base_`` reads them)."""
+    from mmengine.config import Config
+    if '::' in path:
+        from mmengine.hub import get_config
+        return get_config(path)
+    return Config.fromfile(path)
+
+
+def loop_config(config: str, task: str, root: str, iters: int,
+                batch: Optional[int] = None, size: Optional[int] = None,
+                workers: int = 14, log_interval: int = 10,
+                compile_mode: Optional[str] = None):
+    """The config a timed run trains with: ``config`` as shipped, on the
+    synthetic data of ``root``, for one epoch of exactly ``iters`` iterations.
+
+    Changed: the data root, the first ``batch * iters`` images
+    (``dataset.indices``), ``batch`` (None keeps the config's), the loader's
+    workers, one epoch, the logging interval, no checkpoints; parameter
+    schedulers that begin after the first epoch are dropped (they never act in a
+    one-epoch run, and mmengine refuses a scheduler that begins after the run's
+    end). ``size`` (classification only): the training crop
+    (``RandomResizedCrop``) and the backbone's nominal ``img_size``.
+    ``compile_mode``: the task's backbones compiled by
+    :class:`~mmdinomamba.engine.hooks.CompileModulesHook` (``dynamic=False``), as
+    the DINO ``-compile`` configs do.
+
+    Returns:
+        tuple: (the config, images per iteration).
+    """
+    if iters < 1:
+        raise ValueError(f'benchmark loop: iters must be >= 1, got {iters}')
+    cfg = load_named_config(config)
+    loader = cfg.train_dataloader
+    batch = batch or loader.batch_size
+    loader.batch_size = batch
+    loader.num_workers = workers
+    loader.persistent_workers = workers > 0
+    loader.dataset.data_root = root
+    loader.dataset.indices = batch * iters
+    cfg.train_cfg.max_epochs = 1
+    schedulers = cfg.get('param_scheduler') or []
+    schedulers = [schedulers] if isinstance(schedulers, dict) else schedulers
+    cfg.param_scheduler = [
+        s for s in schedulers
+        if s.get('begin', 0) < (1 if s.get('by_epoch', True) else iters)]
+    cfg.default_hooks.logger.interval = log_interval
+    cfg.default_hooks.checkpoint.interval = iters + 1
+    cfg.default_hooks.checkpoint.save_last = False
+    if size is not None:
+        if task != 'cls':
+            raise ValueError('benchmark loop: --size sets a classification crop; the '
+                             "DINO configs' crops are their own (leave --size out)")
+        crops = [t for t in loader.dataset.pipeline if t['type'] == 'RandomResizedCrop']
+        if len(crops) != 1:
+            raise ValueError(f'benchmark loop: --size needs one RandomResizedCrop in '
+                             f"{config}'s training pipeline, found {len(crops)}")
+        crops[0]['scale'] = size
+        if 'img_size' in cfg.model.backbone:
+            cfg.model.backbone.img_size = size
+    if compile_mode:
+        cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
+            dict(type='CompileModulesHook', modules=COMPILE_MODULES[task],
+                 mode=compile_mode, dynamic=False)]
+    return cfg, batch
+
+
+def read_train_log(text: str) -> Dict[str, object]:
+    """Seconds per iteration, data time and peak memory from mmengine's log.
+
+    mmengine logs, every ``interval`` iterations, the mean ``time`` and
+    ``data_time`` over the window and (CUDA) ``memory``, the peak allocated MiB
+    since the last log. The first window holds the warm-up (and any
+    compilation); s/iter is the mean of the others, the peak the highest of all.
+
+    Returns:
+        dict: ``s_iter``, ``data_time`` (means over the windows after the first),
+        ``windows`` (every window's time), ``peak_gib`` (None without CUDA); or
+        ``error`` when fewer than two windows were logged.
+    """
+    times = [float(t) for t in re.findall(r'\btime: ([0-9.]+)', text)]
+    data = [float(t) for t in re.findall(r'\bdata_time: ([0-9.]+)', text)]
+    memory = [int(m) for m in re.findall(r'\bmemory: ([0-9]+)', text)]
+    if len(times) < 2:
+        return dict(windows=times, error=f'{len(times)} logged window(s): s/iter '
+                    'needs two (the first holds the warm-up)')
+    return dict(s_iter=statistics.mean(times[1:]), windows=times,
+                data_time=statistics.mean(data[1:]) if len(data) > 1 else None,
+                peak_gib=max(memory) / 1024 if memory else None)
+
+
+def synthetic_images(root: str, num_images: int) -> None:
+    """At least ``num_images`` synthetic JPEGs under ``root`` (written by
+    ``make_synthetic_imagenet.py`` unless its list already holds that many)."""
+    listing = osp.join(root, 'meta', 'train.txt')
+    if osp.isfile(listing):
+        with open(listing) as f:
+            if sum(1 for line in f if line.strip()) >= num_images:
+                return
+    subprocess.run([sys.executable, MAKE_DATA, root, str(num_images)], check=True)
+
+
+def run_loop(names: Sequence[str], task: str, root: str, work_dir: str, iters: int,
+             batch: Optional[int] = None, size: Optional[int] = None,
+             workers: int = 14, log_interval: int = 10,
+             compile_mode: str = 'default', amp: Optional[str] = None,
+             baseline: Optional[str] = BASELINE, config_dir: str = CONFIG_DIR,
+             on_row: Optional[Callable[[List[dict]], None]] = None) -> List[dict]:
+    """Train each named model with ``tools/train.py`` for ``iters`` iterations,
+    one process each, and read its log (:func:`read_train_log`).
+
+    A name (of :func:`task_configs`) ending in ``+compile`` trains compiled
+    (:func:`loop_config`'s ``compile_mode``). Each run's config is written to
+    ``work_dir/<name>.py``, its output to ``work_dir/<name>.log``. ``amp``: None
+    trains in the config's own precision, 'bf16' / 'fp16' add ``tools/train.py
+    --amp`` (bf16: ``--amp-dtype bfloat16``). ``img_s_vs_baseline`` is the row's
+    images/s over the baseline's: the baseline model with the row's ``+compile``
+    if that ran, else the eager one; ``baseline`` (if not None) is measured first
+    unless ``names`` name it (eager or compiled).
+
+    Returns:
+        list[dict]: per name, ``model``, ``config``, ``batch``, ``compile``,
+        ``s_iter``, ``img_s``, ``data_time``, ``peak_gib``, ``windows``, ``log``
+        (or ``error``) and the ratio.
+    """
+    if amp not in LOOP_AMP_FLAGS:
+        raise ValueError(f'benchmark loop: amp must be one of {list(LOOP_AMP_FLAGS)}, '
+                         f'got {amp!r}')
+    if iters < 2 * log_interval:
+        raise ValueError(f'benchmark loop: {iters} iterations give fewer than two '
+                         f'logged windows of {log_interval}; s/iter needs two (the '
+                         'first holds the warm-up)')
+    configs = task_configs(task, config_dir)
+    work_dir = osp.abspath(work_dir)
+    names = [model_name(n[:-len(COMPILED)]) + COMPILED if n.endswith(COMPILED)
+             else model_name(n) for n in names]
+    if baseline is not None and not {baseline, baseline + COMPILED} & set(names):
+        names = [baseline] + names
+    unknown = sorted({n[:-len(COMPILED)] if n.endswith(COMPILED) else n
+                      for n in names} - set(configs))
+    if unknown:
+        raise ValueError(f'benchmark loop: no {task} config for {unknown}; choose '
+                         f'from {sorted(configs)} (a name may end in {COMPILED!r})')
+    os.makedirs(work_dir, exist_ok=True)
+    runs = []
+    for name in names:
+        compiled = name.endswith(COMPILED)
+        config = configs[name[:-len(COMPILED)] if compiled else name]
+        cfg, images = loop_config(config, task, osp.abspath(root), iters, batch, size,
+                                  workers, log_interval,
+                                  compile_mode if compiled else None)
+        path = osp.join(work_dir, name.replace('+', '_') + '.py')
+        cfg.dump(path)
+        runs.append(dict(model=name, config=config, run_config=path, batch=images,
+                         compile=compile_mode if compiled else None, task=task))
+    synthetic_images(root, max(r['batch'] for r in runs) * iters)
+    rows = []
+    for row in runs:
+        row['log'] = osp.join(work_dir, row['model'].replace('+', '_') + '.log')
+        cmd = [sys.executable, TRAIN, row['run_config'], '--work-dir',
+               osp.join(work_dir, row['model'].replace('+', '_')), '--no-validate',
+               *LOOP_AMP_FLAGS[amp]]
+        row['command'] = ' '.join(cmd)
+        with open(row['log'], 'w') as log:
+            done = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        with open(row['log']) as log:
+            text = log.read()
+        row.update(read_train_log(text))
+        if done.returncode:
+            raised = re.findall(r'^(\w+(?:Error|Exception)\b.*)$', text, re.M)
+            row['error'] = (f'tools/train.py exited with {done.returncode}'
+                            + (f' ({raised[-1][:200]})' if raised else '')
+                            + f"; see {row['log']}")
+        if 'error' not in row:
+            row['img_s'] = row['batch'] / row['s_iter']
+        rows.append(row)
+        print(format_loop_row(row), flush=True)
+        if on_row is not None:
+            on_row(rows)
+    add_loop_ratios(rows, baseline)
+    return rows
+
+
+def add_loop_ratios(rows: List[dict], baseline: Optional[str]) -> None:
+    """``img_s_vs_baseline`` and ``baseline`` (the row it refers to) for each row:
+    the baseline with the row's ``+compile`` where it ran, else the eager one."""
+    if baseline is None:
+        return
+    by_name = {r['model']: r for r in rows if r.get('img_s')}
+    for r in rows:
+        suffix = COMPILED if r['model'].endswith(COMPILED) else ''
+        base = by_name.get(baseline + suffix) or by_name.get(baseline)
+        if base is not None and r.get('img_s'):
+            r['baseline'] = base['model']
+            r['img_s_vs_baseline'] = r['img_s'] / base['img_s']
+
+
+def format_loop_row(r: dict) -> str:
+    if 'error' in r:
+        return f"{r['model']:<24}  ERROR {r['error']}"
+    return (f"{r['model']:<24} {r['batch']:>5} {r['s_iter']:8.3f} {r['img_s']:9.1f} "
+            f"{_fmt(r.get('img_s_vs_baseline'), '6.2f'):>6} "
+            f"{_fmt(r.get('peak_gib'), '8.2f'):>8} {_fmt(r.get('data_time'), '9.4f'):>9}"
+            f"  {r.get('baseline', '-')}")
+
+
+def format_loop_table(rows: List[dict]) -> str:
+    head = (f"{'model':<24} {'batch':>5} {'s/iter':>8} {'img/s':>9} {'xBase':>6} "
+            f"{'peakGiB':>8} {'dataTime':>9}  baseline")
+    return '\n'.join([head, '-' * len(head)] + [format_loop_row(r) for r in rows])
 
 
 # --------------------------------------------------------------------------- #
@@ -1093,16 +1456,20 @@ def parse_args(argv=None):
     parser.add_argument('--amp', choices=sorted(AMP_DTYPES),
                         help='autocast dtype (kernel mode: input dtype); default bf16, '
                         "none in host mode (on a CPU, bf16 matrix products time the "
-                        "CPU's bf16 arithmetic, not host work)")
+                        "CPU's bf16 arithmetic, not host work); loop mode: bf16 or "
+                        "fp16 adds tools/train.py --amp, default the config's own "
+                        'precision')
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--iters', type=int, default=3, help='steps per timed repeat')
     parser.add_argument('--out', help='write results as JSON here')
     sub = parser.add_subparsers(dest='mode', required=True)
     m = sub.add_parser('models', help='backbone throughput and memory')
-    m.add_argument('--models', nargs='+', choices=sorted(MODELS),
-                   default=['dinovim-t', 'dinovim-s', 'dinovim-b', 'reg-b',
-                            'linearvit-b'])
+    m.add_argument('--models', nargs='+', type=model_name, choices=sorted(MODELS),
+                   metavar='MODEL', help=f'of {sorted(MODELS)} or a short alias '
+                   "('mlla-t', 'vit-b', 'reg-b', ...)",
+                   default=['dinovim-tiny', 'dinovim-small', 'dinovim-base',
+                            'dinomamba-reg-base', 'linearvit-base'])
     m.add_argument('--sizes', nargs='+', type=int, default=[224, 512, 1024])
     m.add_argument('--batch-sizes', nargs='+', type=int, default=[128, 16, 4],
                    help='one per size')
@@ -1110,8 +1477,12 @@ def parse_args(argv=None):
                    default=['infer', 'train'])
     m.add_argument('--ssd-backend', choices=BACKENDS, default='auto',
                    help="DinoVim mixers' ssd_backend ('auto': fused Triton on CUDA)")
+    m.add_argument('--baseline', type=model_name, choices=sorted(MODELS),
+                   metavar='MODEL', default=BASELINE,
+                   help='the model every ratio refers to, measured first (default: '
+                   f'{BASELINE})')
     m.add_argument('--no-baseline', action='store_true',
-                   help=f'skip the {BASELINE} baseline (no ratios)')
+                   help='skip the baseline (no ratios)')
     m.add_argument('--rounds', type=int, default=1,
                    help='measure every model this many times, taking turns, and keep '
                    "each one's best round (a shared host's speed drifts)")
@@ -1119,12 +1490,16 @@ def parse_args(argv=None):
                    help='also time each step replayed from a CUDA graph (gInfer, gTrain)')
     m.add_argument('--compile', choices=COMPILE_MODES,
                    help='torch.compile every model (the baseline too) in this mode first')
+    m.add_argument('--compile-scope', choices=COMPILE_SCOPES, default='model',
+                   help="what --compile compiles: the whole 'model', or each of its "
+                   "'blocks' on its own (regional: blocks of one shape share a graph, "
+                   'so compiling takes a fraction of the time)')
     m.add_argument('--graph-blocks', action='store_true',
                    help="replay DinoVim's blocks from CUDA graphs in the eager steps "
                    '(what CUDAGraphBlocksHook does)')
     d = sub.add_parser('dino-step', help='the DINO training step of the shipped configs')
-    d.add_argument('--models', nargs='+', choices=sorted(DINO_CONFIGS),
-                   default=['dinovim-t', 'dinovim-s', 'dinovim-b'])
+    d.add_argument('--models', nargs='+', type=model_name, choices=sorted(DINO_CONFIGS),
+                   default=['dinovim-tiny', 'dinovim-small', 'dinovim-base'])
     d.add_argument('--host-batch', type=int, default=2,
                    help='images per view of the host-bound run (0: skip it)')
     d.add_argument('--no-baseline', action='store_true',
@@ -1151,10 +1526,10 @@ def parse_args(argv=None):
                         'the config holds CUDAGraphBlocksHook')
     h = sub.add_parser('host', help="the fused path's host work per eager training step, "
                        'on the CPU with the kernels skipped')
-    h.add_argument('--models', nargs='+',
+    h.add_argument('--models', nargs='+', type=model_name,
                    choices=sorted(n for n, m in MODELS.items() if m['type'] == 'DinoVim'),
-                   default=['dinovim-b', 'dinovim-b-loop'])
-    h.add_argument('--baseline', default='dinovim-b-loop',
+                   default=['dinovim-base', 'dinovim-base-loop'])
+    h.add_argument('--baseline', type=model_name, default='dinovim-base-loop',
                    help="the row the others' ratios refer to (one of --models)")
     h.add_argument('--width', type=int, default=64,
                    help='channels (the depth and layout are the model\'s own)')
@@ -1174,7 +1549,8 @@ def parse_args(argv=None):
     k.add_argument('--dstate', type=int, default=64)
     k.add_argument('--ngroups', type=int, default=1)
     p = sub.add_parser('profile', help='time per kernel of one step of one model')
-    p.add_argument('--model', choices=sorted(MODELS), default='dinovim-b')
+    p.add_argument('--model', type=model_name, choices=sorted(MODELS),
+                   metavar='MODEL', default='dinovim-base')
     p.add_argument('--size', type=int, default=224)
     p.add_argument('--batch', type=int, default=128)
     p.add_argument('--step', choices=['infer', 'train'], default='train')
@@ -1182,12 +1558,45 @@ def parse_args(argv=None):
     p.add_argument('--host', action='store_true',
                    help="the host's self time per operator and autograd function "
                         '(on CUDA: instead of the time per kernel)')
+    lp = sub.add_parser('loop', help='tools/train.py with the shipped configs on '
+                        'synthetic ImageNet-layout data (s/iter from its log)')
+    lp.add_argument('--task', choices=TASKS, default='cls',
+                    help="'cls': the ImageNet classification configs; 'dino': the "
+                    'DINO pretraining configs')
+    lp.add_argument('--models', nargs='+', metavar='MODEL',
+                    help=f"names of the task's configs (cls: {sorted(CLS_CONFIGS)}; "
+                    f'dino: {sorted(DINO_CONFIGS)}; or short aliases), each '
+                    f'optionally ending in {COMPILED!r} (its backbones compiled); '
+                    'default: every model of the task')
+    lp.add_argument('--train-iters', type=int, default=30,
+                    help='iterations of the one epoch (a multiple of --log-interval)')
+    lp.add_argument('--batch', type=int, help="images per iteration (default: the "
+                    "config's)")
+    lp.add_argument('--size', type=int, help='training crop of the classification '
+                    "configs (default: the config's, 224)")
+    lp.add_argument('--workers', type=int, default=14, help='data loader workers')
+    lp.add_argument('--log-interval', type=int, default=10,
+                    help='iterations per logged window')
+    lp.add_argument('--compile-mode', choices=COMPILE_MODES, default='default',
+                    help=f'torch.compile mode of the {COMPILED!r} models')
+    lp.add_argument('--root', default='work_dirs/synthetic_imagenet',
+                    help='the synthetic data (written when it holds too few images)')
+    lp.add_argument('--work-dir', default='work_dirs/loop',
+                    help="each run's config, log and work directory")
+    lp.add_argument('--no-baseline', action='store_true',
+                    help=f'no ratios (by default {BASELINE} is measured first, unless '
+                    '--models names it, eager or compiled)')
+    lp.add_argument('--config-dir', default=CONFIG_DIR,
+                    help="where the DINO configs are (default: this checkout's "
+                    'configs/dino)')
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     device = torch.device(args.device)
+    if args.mode == 'loop':
+        return main_loop(args)
     if args.amp is None:
         args.amp = 'none' if args.mode == 'host' else 'bf16'
     amp = AMP_DTYPES[args.amp]
@@ -1195,22 +1604,26 @@ def main(argv=None) -> dict:
                   settings=dict(amp=args.amp, warmup=args.warmup, repeats=args.repeats,
                                 iters=args.iters), command=' '.join(sys.argv))
     if args.mode == 'models':
-        baseline = None if args.no_baseline else BASELINE
-        specs = {baseline: MODELS[baseline]} if baseline else {}  # measured first
-        for name in args.models:
+        baseline = None if args.no_baseline else args.baseline
+        specs = {}
+        for name in ([baseline] if baseline else []) + args.models:  # baseline first
             spec = dict(MODELS[name])
             if spec['type'] == 'DinoVim':
                 spec['mixer_cfg'] = dict(ssd_backend=args.ssd_backend)
             specs[name] = spec
-        result['settings'].update(sizes=args.sizes, batch_sizes=args.batch_sizes,
+        result['settings'].update(baseline=baseline, sizes=args.sizes,
+                                  batch_sizes=args.batch_sizes,
                                   modes=args.modes, ssd_backend=args.ssd_backend,
                                   cuda_graph=args.cuda_graph, compile=args.compile,
+                                  compile_scope=args.compile_scope,
                                   graph_blocks=args.graph_blocks, rounds=args.rounds)
         if args.cuda_graph and device.type != 'cuda':
             raise ValueError('benchmark: --cuda-graph needs a CUDA device')
         rows = run_models(specs, args.sizes, args.batch_sizes, device, amp, args.modes,
                           args.warmup, args.repeats, args.iters, baseline,
-                          args.cuda_graph, args.compile, args.graph_blocks, args.rounds)
+                          args.cuda_graph, args.compile, args.graph_blocks, args.rounds,
+                          on_row=partial_writer(result, args.out),
+                          compile_scope=args.compile_scope)
         result['rows'] = rows
         if args.rounds > 1:
             print(f'best of {args.rounds} rounds per model:')
@@ -1253,6 +1666,40 @@ def main(argv=None) -> dict:
                           args.headdim, args.dstate, args.ngroups, device,
                           amp or torch.float32, args.warmup, args.repeats, args.iters)
         result['rows'] = rows
+    if args.out:
+        dump_atomic(result, args.out)
+    return result
+
+
+def partial_writer(result: dict, out: Optional[str]):
+    """None without ``out``; else a callback that writes the rows measured so far
+    (``partial: true``) to ``out``, so that a run cut short keeps them."""
+    if not out:
+        return None
+    return lambda rows: dump_atomic(dict(result, rows=list(rows), partial=True), out)
+
+
+def main_loop(args) -> dict:
+    """The ``loop`` mode's part of :func:`main`."""
+    if args.amp == 'none':
+        raise ValueError('benchmark loop: --amp none cannot take AMP out of a config; '
+                         "leave --amp out for the config's own precision")
+    configs = task_configs(args.task, args.config_dir)
+    names = args.models or [n for n in configs if n != BASELINE]
+    result = dict(mode='loop', environment=environment(torch.device(args.device)),
+                  settings=dict(task=args.task, models=names, amp=args.amp,
+                                train_iters=args.train_iters, batch=args.batch,
+                                size=args.size, workers=args.workers,
+                                log_interval=args.log_interval,
+                                compile_mode=args.compile_mode),
+                  command=' '.join(sys.argv))
+    rows = run_loop(names, args.task, args.root, args.work_dir, args.train_iters,
+                    args.batch, args.size, args.workers, args.log_interval,
+                    args.compile_mode, args.amp,
+                    None if args.no_baseline else BASELINE, args.config_dir,
+                    on_row=partial_writer(result, args.out))
+    result['rows'] = rows
+    print(format_loop_table(rows))
     if args.out:
         dump_atomic(result, args.out)
     return result

@@ -61,10 +61,10 @@ custom_hooks = [
     # freezes them for the first epoch): when they learn, this tiny run's
     # bottleneck drifts out of their span, the teacher's logits flatten (spread
     # over K 0.03 instead of 0.12 frozen), the teacher turns near-uniform and the
-    # loss climbs back to log K (docs/comparison.md, "Sixth round")
+    # loss climbs back to log K (docs/comparison.md)
     dict(type='DINOFreezeLastLayerHook', freeze_epochs=max_epochs),
-    # <work_dir>/init.pth: the weights training starts from (tools/run_demo.py
-    # measures the teacher against them)
+    # <work_dir>/init.pth: the weights training starts from (make demo measures
+    # the teacher against them)
     dict(type='InitialWeightsHook'),
 ]
 

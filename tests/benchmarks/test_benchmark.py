@@ -329,7 +329,7 @@ def test_host_mode_counts_the_fused_path_on_the_cpu(bench):
     with pytest.raises(ValueError, match='DinoVim'):
         bench.measure_host(dict(type='LinearViT', arch='base'))
     args = bench.parse_args(['host', '--models', 'dinovim-t', '--rounds', '1'])
-    assert args.models == ['dinovim-t'] and args.baseline == 'dinovim-b-loop'
+    assert args.models == ['dinovim-tiny'] and args.baseline == 'dinovim-base-loop'
     assert args.amp is None  # main() reads it as 'none' in host mode, else 'bf16'
     data = bench.main(['--device', 'cpu', '--warmup', '1', '--repeats', '1', '--iters',
                       '1', 'host', '--models', 'dinovim-t', '--rounds', '1',
@@ -380,5 +380,153 @@ def test_dino_configs_come_from_the_checkout_or_the_command_line(bench, tmp_path
                        '--no-baseline', '--host-batch', '0', '--config-dir',
                        str(tmp_path)])
     (row, ) = data['rows']
-    expected = osp.join(str(tmp_path), bench.DINO_CONFIGS['dinovim-t'])
+    expected = osp.join(str(tmp_path), bench.DINO_CONFIGS['dinovim-tiny'])
     assert row['config'] == expected and expected in row['error']
+
+
+TINY_MLLA = dict(type='MLLA', arch=dict(embed_dims=8, depths=[1, 1, 1, 1],
+                                        num_heads=[1, 1, 1, 1], mlp_ratio=2.0))
+TINY_SWIN = dict(type='Swin', arch=dict(embed_dims=16, depths=[1, 1, 1, 1],
+                                        num_heads=[1, 1, 2, 2]), window_size=2)
+
+
+def test_one_table_of_model_names(bench):
+    """Every mode names models from MODELS (mmpretrain-style names); the short
+    aliases resolve to them; each table name's preset exists."""
+    from mmpretrain.models import SwinTransformer
+
+    from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
+    assert set(bench.DINO_CONFIGS) <= set(bench.MODELS)
+    assert set(bench.CLS_CONFIGS) <= set(bench.MODELS)
+    assert bench.BASELINE in bench.DINO_CONFIGS and bench.BASELINE in bench.CLS_CONFIGS
+    for short, name in [('mlla-t', 'mlla-tiny'), ('mlla-s', 'mlla-small'),
+                        ('mlla-b', 'mlla-base'), ('vit-b', 'vit-base'),
+                        ('swin-t', 'swin-tiny'), ('reg-b', 'dinomamba-reg-base'),
+                        ('dinovim-b-loop', 'dinovim-base-loop'),
+                        ('mlla-t-rope-per-call', 'mlla-tiny-rope-per-call')]:
+        assert bench.model_name(short) == name and bench.model_name(name) == name
+    assert not set(bench.ALIASES) & set(bench.MODELS)
+    zoos = dict(MLLA=MLLA.arch_zoo, DinoVim=DinoVim.arch_zoo,
+                LinearViT=LinearViT.arch_zoo, Swin=SwinTransformer.arch_zoo)
+    for name, spec in bench.MODELS.items():
+        assert spec['type'] in bench.MODEL_TYPES, name
+        if spec['type'] in zoos:
+            assert spec['arch'] in zoos[spec['type']], name
+    args = bench.parse_args(['models', '--models', 'mlla-t', 'swin-tiny', 'dinovim-b',
+                             '--baseline', 'vit-b'])
+    assert args.models == ['mlla-tiny', 'swin-tiny', 'dinovim-base']
+    assert args.baseline == 'vit-base'
+    assert bench.parse_args(['dino-step', '--models', 'reg-b']).models == [
+        'dinomamba-reg-base']
+    assert bench.parse_args(['profile', '--model', 'mlla-b']).model == 'mlla-base'
+    with pytest.raises(SystemExit):
+        bench.parse_args(['models', '--models', 'mlla-x'])
+
+
+def test_models_mode_measures_mlla_and_swin_under_bf16(bench):
+    """MLLA and mmpretrain's Swin beside the baseline at two sizes under CPU bf16
+    autocast, inference and training step; the RoPE table built in every mixer
+    call (the slow twin) issues more torch operators than one per stage, by the
+    same count at every size (the count does not depend on the grid)."""
+    specs = {'base': TINY_LINEAR, 'mlla': TINY_MLLA,
+             'mlla-per-call': dict(TINY_MLLA, rope_tables='per-call'),
+             'swin': TINY_SWIN}
+    rows = bench.run_models(specs, sizes=[64, 128], batches=[2, 1],
+                            device=torch.device('cpu'), amp=torch.bfloat16,
+                            modes=['infer', 'train'], warmup=1, repeats=1, iters=1,
+                            baseline='base')
+    by_key = {(r['model'], r['img_size']): r for r in rows}
+    for r in rows:
+        assert 'error' not in r, r
+        assert r['infer_img_s'] > 0 and r['train_img_s'] > 0
+        assert r['train_vs_baseline'] == pytest.approx(
+            r['train_img_s'] / by_key['base', r['img_size']]['train_img_s'])
+    assert by_key['swin', 64]['source'] == 'mmpretrain.SwinTransformer'
+    extra = {size: {mode: by_key['mlla-per-call', size][f'{mode}_ops']
+                    - by_key['mlla', size][f'{mode}_ops'] for mode in ('infer', 'train')}
+             for size in (64, 128)}
+    assert extra[64] == extra[128] and min(extra[64].values()) > 0
+    with pytest.raises(ValueError, match="rope_tables must be None or 'per-call'"):
+        bench.build_model(dict(TINY_MLLA, rope_tables='cached'), 64)
+
+
+def test_models_mode_steps_a_compiled_mlla(bench):
+    """The benchmark's bf16 steps on an MLLA under torch.compile (aot_eager: the
+    forward and backward traced as Inductor gets them, without its slow CPU code
+    generation)."""
+    torch._dynamo.reset()
+    model = bench.build_model(TINY_MLLA, 64)
+    model.compile(backend='aot_eager', dynamic=False)
+    res = bench.measure_model(model, 64, 2, torch.device('cpu'), torch.bfloat16,
+                              ['infer', 'train'], warmup=1, repeats=1, iters=1)
+    assert res['infer_img_s'] > 0 and res['train_img_s'] > 0
+    assert model._compiled_call_impl is not None
+
+
+def test_compile_scope_blocks_compiles_each_block_and_keeps_the_numbers(bench):
+    """Regional compilation: exactly the blocks (the children of the innermost
+    ModuleLists: each MLLA stage's ``blocks``) are compiled, the stages and the
+    rest of the model not, and the model computes what it computed eagerly
+    (aot_eager traces forward and backward without changing the arithmetic, so
+    float32 agrees to rounding)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = bench.build_model(dict(TINY_MLLA, drop_path_rate=0.0), 64).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = model(x)[-1]
+    blocks = [b for stage in model.layers for b in stage.blocks]
+    for b in blocks:
+        b.compile(backend='aot_eager', dynamic=False)
+    compiled = {id(m) for m in model.modules()
+                if getattr(m, '_compiled_call_impl', None) is not None}
+    assert compiled == {id(b) for b in blocks}
+    with torch.no_grad():
+        got = model(x)[-1]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_compile_model_picks_the_innermost_block_lists(bench, monkeypatch):
+    """``compile_model(scope='blocks')`` compiles the children of each
+    ModuleList holding no other ModuleList: Swin's and MLLA's stages' blocks, not
+    the stages; ``'model'`` the whole model; an unknown scope or a model without a
+    block list is a named error."""
+    calls = []
+    monkeypatch.setattr(torch.nn.Module, 'compile',
+                        lambda self, **kw: calls.append((self, kw)))
+    model = bench.build_model(TINY_MLLA, 64)
+    bench.compile_model(model, 'default', 'blocks')
+    assert [m for m, _ in calls] == [b for stage in model.layers for b in stage.blocks]
+    assert all(kw == dict(mode='default', dynamic=False) for _, kw in calls)
+    calls.clear()
+    bench.compile_model(model, 'max-autotune', 'model')
+    assert calls == [(model, dict(mode='max-autotune', dynamic=False))]
+    with pytest.raises(ValueError, match="compile scope must be one of"):
+        bench.compile_model(model, 'default', 'stages')
+    with pytest.raises(ValueError, match='no block list'):
+        bench.compile_model(torch.nn.Linear(2, 2), 'default', 'blocks')
+
+
+def test_models_mode_writes_each_row_as_it_comes(bench, tmp_path, monkeypatch):
+    """With --out, the rows measured so far are on disk (``partial``) before the
+    next model starts, so a run cut short keeps them."""
+    out = tmp_path / 'bench.json'
+    on_disk = []
+
+    def fake_measure(model, size, batch, *args):
+        on_disk.append(json.loads(out.read_text()) if out.exists() else None)
+        return dict(infer_ms=1.0, infer_img_s=batch * 1e3)
+
+    monkeypatch.setattr(bench, 'measure_model', fake_measure)
+    monkeypatch.setitem(bench.MODELS, 'tiny-a', TINY)
+    monkeypatch.setitem(bench.MODELS, 'tiny-b', TINY_LINEAR)
+    data = bench.main(['--device', 'cpu', '--out', str(out), 'models', '--models',
+                       'tiny-b', '--baseline', 'tiny-a', '--sizes', '32',
+                       '--batch-sizes', '2', '--modes', 'infer'])
+    assert on_disk[0] is None
+    assert on_disk[1]['partial'] and [r['model'] for r in on_disk[1]['rows']] == [
+        'tiny-a']
+    final = json.loads(out.read_text())
+    assert 'partial' not in final and [r['model'] for r in final['rows']] == [
+        'tiny-a', 'tiny-b']
+    assert data['settings']['baseline'] == 'tiny-a'

@@ -1,37 +1,48 @@
-"""benchmarks/time_training_loop.sh without a GPU: with a stand-in for Python it
-runs every step but the training, and each command it would run names files that
-exist (the synthetic data script, tools/train.py, the shipped DINO configs)."""
+"""benchmarks/time_training_loop.sh, the DINO loop's shortcut: with a stand-in for
+Python, the command it runs is the benchmark's loop mode on the shipped DINO
+configs, with the settings of its environment, and the benchmark takes it."""
 import os
 import os.path as osp
 import subprocess
 
+import pytest
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
-def test_the_loop_runs_the_shipped_configs(tmp_path):
+@pytest.fixture(scope='module')
+def bench(load_tool):
+    return load_tool('benchmarks/benchmark.py')
+
+
+def run_script(tmp_path, *models, **env):
     log = tmp_path / 'calls.txt'
     stand_in = tmp_path / 'python'
-    # records its arguments, one call a line; reads (and drops) a here-document
-    stand_in.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\n'
-                        '[ "$1" = - ] && cat > /dev/null\nexit 0\n')
+    stand_in.write_text(f'#!/usr/bin/env bash\necho "$@" >> {log}\nexit 0\n')
     stand_in.chmod(0o755)
-    env = dict(os.environ, PYTHON=str(stand_in), ITERS='20',
-               ROOT=str(tmp_path / 'data'), WORK_DIR=str(tmp_path / 'work'))
     subprocess.run(['bash', osp.join(REPO, 'benchmarks', 'time_training_loop.sh'),
-                    'vit-base', 'dinovim-base', 'dinovim-tiny+compile'],
-                   cwd=str(tmp_path), env=env, check=True, timeout=60)
-    calls = [line.split() for line in log.read_text().splitlines()]
-    assert calls[0] == ['benchmarks/make_synthetic_imagenet.py', str(tmp_path / 'data'),
-                        str(48 * 20)]
-    trains = [c for c in calls if c[0] == 'tools/train.py']
-    assert [c[1] for c in trains] == [
-        'configs/dino/dino_vit-base-p16_4xb48-amp-100e_in1k.py',
-        'configs/dino/dino_dinovim-base-p16_4xb48-amp-100e_in1k.py',
-        'configs/dino/dino_dinovim-tiny-p16_4xb48-amp-compile-100e_in1k.py']
-    for call in calls:  # every file it names is in the checkout
-        if call[0] != '-':
-            assert osp.isfile(osp.join(REPO, call[0])), call
-    for train in trains:
-        assert osp.isfile(osp.join(REPO, train[1])), train
-        assert f'train_dataloader.dataset.data_root={tmp_path / "data"}' in train
-        assert train[train.index('--work-dir') + 1].startswith(str(tmp_path / 'work'))
+                    *models], cwd=str(tmp_path), check=True, timeout=60,
+                   env=dict(os.environ, PYTHON=str(stand_in), **env))
+    (call, ) = [line.split() for line in log.read_text().splitlines()]
+    return call
+
+
+def test_the_loop_runs_the_dino_configs_through_the_benchmark(bench, tmp_path):
+    call = run_script(tmp_path, 'vit-base', 'dinovim-base', 'dinovim-tiny+compile',
+                      ITERS='20', ROOT=str(tmp_path / 'data'),
+                      WORK_DIR=str(tmp_path / 'work'), WORKERS='3')
+    assert call[0] == 'benchmarks/benchmark.py'
+    assert osp.isfile(osp.join(REPO, call[0]))
+    args = bench.parse_args(call[1:])
+    assert (args.mode, args.task, args.compile_mode) == ('loop', 'dino', 'reduce-overhead')
+    assert (args.train_iters, args.workers) == (20, 3)
+    assert (args.root, args.work_dir) == (str(tmp_path / 'data'), str(tmp_path / 'work'))
+    assert args.models == ['vit-base', 'dinovim-base', 'dinovim-tiny+compile']
+    configs = bench.task_configs('dino')
+    for name in args.models:
+        assert osp.isfile(configs[name.replace('+compile', '')]), name
+    # the defaults: the three DinoVim sizes (ViT-B joins as the baseline)
+    (tmp_path / 'defaults').mkdir()
+    defaults = bench.parse_args(run_script(tmp_path / 'defaults')[1:])
+    assert defaults.models == ['dinovim-base', 'dinovim-small', 'dinovim-tiny']
+    assert defaults.train_iters == 30 and defaults.workers == 14

@@ -29,7 +29,8 @@ The block (:class:`MLLABlock`), one line each (``DW3`` = depthwise 3x3 conv)::
 
 with MLLA's attention ``LinearAttentionMixer(rope=True, lepe=True)``
 (:mod:`mmdinomamba.models.mixers.linear_attention_mixer`). RoPE is computed for
-the grid of each input, so any size, rectangular included, runs.
+the grid of each input, so any size, rectangular included, runs: its cos / sin
+table once per stage and forward, shared by the stage's blocks.
 
 The paper's designs that live outside the mixer are switches of the same backbone
 (its ablations start from a linear-attention Swin-T; ``configs/mlla/ablation/``):
@@ -63,7 +64,7 @@ from mmengine.model.weight_init import trunc_normal_
 from mmdinomamba.models.checkpoint import (checkpoint_state_dict, load_backbone_state,
                                            pretrained_cfg, PRETRAINED_KEYS)
 from mmdinomamba.models.mixers import LinearAttentionMixer
-from mmdinomamba.models.mixers.positional import grid_conv
+from mmdinomamba.models.mixers.positional import RopeTable, grid_conv
 from mmdinomamba.models.utils import drop_path_or_identity
 from mmdinomamba.ops import check_finite
 from .base import Intermediates, TokenLayout, _normalise_indices, resize_pos_embed
@@ -239,21 +240,30 @@ class MLLABlock(nn.Module):
             self.norm2 = nn.LayerNorm(dim)
             self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
-    def _mix(self, u: Tensor, hw: Grid) -> Tensor:
+    def _mix(self, u: Tensor, hw: Grid,
+             rope_table: Optional[RopeTable] = None) -> Tensor:
         """The token-mixing sub-block after LN1, before its residual."""
         if self.design == 'transformer':
-            return self.out_proj(self.attn(u, hw))
+            return self.out_proj(self.attn(u, hw, rope_table))
         gate = F.silu(self.act_proj(u))
         a = F.silu(grid_conv(self.dwc, self.in_proj(u), hw))
-        return self.out_proj(self.attn(a, hw) * gate)
+        return self.out_proj(self.attn(a, hw, rope_table) * gate)
 
-    def forward(self, x: Tensor, hw: Grid) -> Tensor:
+    def forward(self, x: Tensor, hw: Grid,
+                rope_table: Optional[RopeTable] = None) -> Tensor:
+        """Args: x (Tensor): (batch, H * W, C); hw (tuple): the grid;
+        rope_table (tuple, optional): the grid's RoPE table for the mixer
+        (:meth:`MLLAStage.rope_table`); None: the mixer builds it.
+
+        Returns:
+            Tensor: (batch, H * W, C).
+        """
         if self.absolute_pos_embed is not None:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.ape_grid,
                                      tuple(hw)).to(x.dtype)
         if self.cpe1 is not None:
             x = x + grid_conv(self.cpe1, x, hw)
-        x = x + self.drop_path(self._mix(self.norm1(x), hw))
+        x = x + self.drop_path(self._mix(self.norm1(x), hw, rope_table))
         if self.mlp is None:
             return x
         if self.cpe2 is not None:
@@ -273,6 +283,11 @@ class MLLAStage(nn.Module):
         if downsample is not None:
             self.downsample = PatchMerging(dim) if downsample == 'mbconv' \
                 else SwinPatchMerging(dim)
+
+    def rope_table(self, hw: Grid, like: Tensor) -> Optional[RopeTable]:
+        """The RoPE table every block of the stage uses on the grid ``hw`` (their
+        mixers share the width), for tokens like ``like``; None without RoPE."""
+        return self.blocks[0].attn.rope_table(hw, like)
 
 
 class MLLA(BaseModule):
@@ -479,8 +494,9 @@ class MLLA(BaseModule):
         tokens, hw = self.patch_embed(x)
         k = 0
         for i, stage in enumerate(self.layers[:last_stage + 1]):
+            rope_table = stage.rope_table(hw, tokens)  # once per grid and stage
             for block in stage.blocks:
-                tokens = block(tokens, hw)
+                tokens = block(tokens, hw, rope_table)
                 if block_hook is not None and block_hook(k, tokens, hw) is False:
                     return
                 k += 1

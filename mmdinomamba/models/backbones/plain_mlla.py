@@ -123,8 +123,10 @@ class PlainMLLA(PlainBackbone):
                              'on the images first')
         source = feature_source or self.feature_source
         outs = {}
+        # one RoPE table for every block: one width, one grid
+        rope_table = self.layers[0].attn.rope_table(self._grid, tokens)
         for i, layer in enumerate(self.layers[:max(indices) + 1]):
-            tokens = layer(tokens, self._grid)
+            tokens = layer(tokens, self._grid, rope_table)
             if i in indices:
                 last = i == self.num_layers - 1
                 normed = source == 'normed' or (last and self.final_norm)

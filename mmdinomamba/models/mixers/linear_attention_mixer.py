@@ -17,7 +17,9 @@ set, so ``d = e``), ``N`` tokens on an ``(H, W)`` grid in raster order, input ``
     Q = ELU(q) + 1 ,  K = ELU(k) + 1                  every entry > 0
     V = u W_v + b_v  (value_proj)  or  V = u          MLLA: no value projection
     Q_r, K_r = RoPE2D(Q), RoPE2D(K)  (rope)           over all qk_dim channels, before
-                                                      the head split (positional.rope_2d)
+                                                      the head split (positional.rope_2d;
+                                                      one cos / sin table per grid, see
+                                                      LinearAttentionMixer.rope_table)
     G = Delta (.) V ,  Delta = softplus(u W_1 W_2 + b)   (input_gate), else G = V
     w_ij = Q_r,i . K_r,j                              per head
     n_ij = Q_i . K_j                                  per head, un-rotated
@@ -62,7 +64,8 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from mmdinomamba.ops import BACKENDS, check_finite, ssd_decay_mask, ssd_scan
-from .positional import depthwise_conv_matrix, grid_conv, rope_2d
+from .positional import (RopeTable, depthwise_conv_matrix, grid_conv, rope_2d,
+                         rope_2d_table)
 from .protocol import MixerInfo
 from .ssd_mixer import _init_dt_bias
 
@@ -184,16 +187,43 @@ class LinearAttentionMixer(nn.Module):
     def _heads(self, t: Tensor, dtype: torch.dtype) -> Tensor:
         return rearrange(t.to(dtype), 'b n (h d) -> b h n d', h=self.num_heads)
 
-    def _parts(self, u: Tensor, hw) -> Dict[str, Tensor]:
+    def rope_table(self, hw: Tuple[int, int], like: Tensor) -> Optional[RopeTable]:
+        """The RoPE cos / sin table of this mixer's width on the grid ``hw``, for
+        inputs like ``like`` (its device; float64 for float64, else float32), or
+        None without RoPE. Mixers of one width on one grid (the blocks of an MLLA
+        stage) share one table: build it once per forward and pass it to each.
+
+        Returns:
+            tuple: (cos, sin), each (H * W, qk_dim / 2); or None.
+        """
+        if not self.rope:
+            return None
+        return rope_2d_table(hw, self.qk_dim, device=like.device,
+                             dtype=_compute_dtype(like))
+
+    def _rotate(self, qk: Tensor, hw,
+                table: Optional[RopeTable]) -> Tuple[Tensor, Tensor]:
+        """Q_r and K_r (batch, N, qk_dim) from ``[q | k]`` (batch, N, 2 qk_dim).
+
+        With the grid's table, Q and K turn in one rotation; without one, each
+        builds its own (the slow twin: the same numbers, two tables per call)."""
+        if table is None:
+            q, k = qk.chunk(2, dim=-1)
+            return rope_2d(q, hw), rope_2d(k, hw)
+        return rope_2d(qk.unflatten(-1, (2, self.qk_dim)), hw, table=table).unbind(2)
+
+    def _parts(self, u: Tensor, hw,
+               rope_table: Optional[RopeTable] = None) -> Dict[str, Tensor]:
         """Q, K, Q_r, K_r (batch, num_heads, N, d) and G (batch, num_heads, N, e)
         per head, in float32 (float64 for float64 input); V (batch, N, dim) and
         Delta in the input's dtype; the forget gate's step ``dt`` (batch, N,
-        num_heads)."""
+        num_heads). ``rope_table``: see :meth:`rope_table`."""
         self._check(u, hw)
         dtype = _compute_dtype(u)
-        q, k = (F.elu(self.qk(u)) + 1.0).chunk(2, dim=-1)
+        qk = F.elu(self.qk(u)) + 1.0
+        q, k = qk.chunk(2, dim=-1)
         v = self.v(u) if self.v is not None else u
-        q_r, k_r = (rope_2d(q, hw), rope_2d(k, hw)) if self.rope else (q, k)
+        q_r, k_r = self._rotate(qk, hw, rope_table) if self.rope else (q, k)
         delta = F.softplus(self.delta_proj(u)) if self.delta_proj is not None else None
         g = v * delta if delta is not None else v
         parts = dict(q=self._heads(q, dtype), k=self._heads(k, dtype),
@@ -232,18 +262,21 @@ class LinearAttentionMixer(nn.Module):
                 y = y / (den[..., None] + self.eps)
         return rearrange(y, 'b h n d -> b n (h d)')
 
-    def forward(self, u: Tensor, hw: Tuple[int, int]) -> Tensor:
+    def forward(self, u: Tensor, hw: Tuple[int, int],
+                rope_table: Optional[RopeTable] = None) -> Tensor:
         """Mix tokens.
 
         Args:
             u (Tensor): (batch, H * W, dim), tokens in raster order.
             hw (tuple): the grid (H, W).
+            rope_table (tuple, optional): :meth:`rope_table` of this grid, shared
+                by the mixers that run on it; None builds it in this call.
 
         Returns:
             Tensor: (batch, H * W, dim) in u's dtype.
         """
         check_finite(u, 'LinearAttentionMixer: the input')
-        p = self._parts(u, hw)
+        p = self._parts(u, hw, rope_table)
         # sums over all tokens: in float32 even under autocast
         with torch.autocast(u.device.type, enabled=False):
             y = self._attend(p)

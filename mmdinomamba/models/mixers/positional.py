@@ -10,21 +10,27 @@ pair ``m >= C / 4`` by ``s * theta_(m - C / 4)``::
 
     (x_2m, x_2m+1) -> (x_2m cos phi - x_2m+1 sin phi,  x_2m sin phi + x_2m+1 cos phi)
 
-The angles are computed per call from the grid, in float64, and the rotation runs
-in real arithmetic: no table bound to one resolution, no complex dtype.
+The angles are computed from the grid, in float64, and the rotation runs in real
+arithmetic: no table bound to one resolution, no complex dtype. A caller that
+rotates many tensors on one grid (every block of an MLLA stage) builds the cos /
+sin table once (:func:`rope_2d_table`) and hands it to :func:`rope_2d`; without a
+table, :func:`rope_2d` builds its own (the slow twin: the same numbers).
 
 A depthwise ``k x k`` convolution with zero padding (LePE, CPE) mixes tokens
 linearly per channel; :func:`depthwise_conv_matrix` writes it as the
 ``(seqlen, seqlen)`` matrix of each channel (the rank-analysis view).
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 Tensor = torch.Tensor
 
-__all__ = ['depthwise_conv_matrix', 'grid_conv', 'rope_2d', 'rope_2d_angles']
+__all__ = ['depthwise_conv_matrix', 'grid_conv', 'rope_2d', 'rope_2d_angles',
+           'rope_2d_table']
+
+RopeTable = Tuple[Tensor, Tensor]
 
 
 def _check_grid(hw, seqlen: int, who: str) -> Tuple[int, int]:
@@ -63,24 +69,63 @@ def rope_2d_angles(hw: Tuple[int, int], dim: int, base: float = 10000.0,
     return torch.cat([rows[:, None] * theta, cols[:, None] * theta], dim=1)
 
 
-def rope_2d(x: Tensor, hw: Tuple[int, int], base: float = 10000.0) -> Tensor:
+def rope_2d_table(hw: Tuple[int, int], dim: int, base: float = 10000.0, device=None,
+                  dtype: torch.dtype = torch.float32) -> RopeTable:
+    """The cosines and sines of :func:`rope_2d_angles`, for :func:`rope_2d`.
+
+    Args:
+        hw (tuple): the grid (h, w).
+        dim (int): channels C, a multiple of 4.
+        base (float): Defaults to 10000.
+        device: where to build the table.
+        dtype (torch.dtype): the dtype of the rotation (float32, or float64 for
+            float64 input). Defaults to float32.
+
+    Returns:
+        tuple: (cos, sin), each (h * w, C / 2) in ``dtype``, computed in float64
+        and rounded once.
+    """
+    angles = rope_2d_angles(tuple(hw), dim, base, device)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rope_2d(x: Tensor, hw: Tuple[int, int], base: float = 10000.0,
+            table: Optional[RopeTable] = None) -> Tensor:
     """Rotate the channel pairs of every token by its grid position (2-D RoPE).
 
     Args:
-        x (Tensor): (batch, h * w, C), tokens in raster order, C a multiple of 4.
+        x (Tensor): (batch, h * w, ..., C), tokens in raster order, C a multiple
+            of 4; every slice ``x[:, :, i, ...]`` is rotated on its own (e.g. Q and
+            K stacked as (batch, h * w, 2, C)).
         hw (tuple): the grid (h, w).
         base (float): Defaults to 10000.
+        table (tuple, optional): ``rope_2d_table(hw, C, base, dtype=...)`` in the
+            rotation's dtype, built once for many calls on one grid; None builds
+            it here.
 
     Returns:
-        Tensor: (batch, h * w, C) in float32, or float64 for float64 input.
+        Tensor: x's shape, in float32, or float64 for float64 input.
     """
-    if x.dim() != 3:
-        raise ValueError(f'rope_2d: x must have shape (batch, seqlen, dim), got '
+    if x.dim() < 3:
+        raise ValueError(f'rope_2d: x must have shape (batch, seqlen, ..., dim), got '
                          f'{tuple(x.shape)}')
     hw = _check_grid(hw, x.shape[1], 'rope_2d')
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    angles = rope_2d_angles(hw, x.shape[-1], base, x.device)
-    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    if table is None:
+        table = rope_2d_table(hw, x.shape[-1], base, x.device, dtype)
+    cos, sin = table
+    expected = (x.shape[1], x.shape[-1] // 2)
+    if tuple(cos.shape) != expected or tuple(sin.shape) != expected:
+        raise ValueError(f'rope_2d: the table must be two {expected} tensors (tokens, '
+                         f'channel pairs), got {tuple(cos.shape)} and '
+                         f'{tuple(sin.shape)}')
+    if cos.dtype != dtype or sin.dtype != dtype:
+        raise ValueError(f'rope_2d: the table must be in {dtype} for {x.dtype} input, '
+                         f'got {cos.dtype}: build it with rope_2d_table(..., '
+                         f'dtype={dtype})')
+    # one token axis, then broadcast over the axes between it and the channels
+    cos, sin = (t.view(expected[0], *(1, ) * (x.dim() - 3), expected[1])
+                for t in (cos, sin))
     pairs = x.to(dtype).unflatten(-1, (-1, 2))
     even, odd = pairs[..., 0], pairs[..., 1]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos],
