@@ -5,14 +5,14 @@ sequence lengths, widths and heads, and every family of the sweep is fitted on
 every cell (:func:`~.expressivity.fit_matrix`). :data:`DEFAULT_GRIDS` is the
 sweep of docs/expressivity.md, at width 16 and one head unless said:
 
-- L in {64, 128, 256, 512} for the permutation, the 2-D band and the trained
-  attention;
+- L in {64, 128, 256, 512, 1024} for the permutation, the 2-D band and the
+  trained attention;
 - L = 64 for the 1-D band, the smooth kernel, the row-stochastic matrix and
   the causal decay;
 - widths {8, 32} at L = 128 for the permutation.
 
-It is sized for a few minutes of one CPU core; longer sequences (L = 1024 and
-beyond) are a ``--grid`` away. :class:`Budget` sets the evaluations and
+It is sized for about 6 minutes of one CPU core; longer sequences are a
+``--grid`` away. :class:`Budget` sets the evaluations and
 restarts per fit, fewer as L grows (a fit at L = 1024 costs 16 times one at 256). Restart 0 of a fit starts from the
 best parameters of the same family, target, width and heads at the previous L
 (no parameter depends on L), so that the long sequences, where evaluations are
@@ -52,7 +52,7 @@ class Grid:
 
 
 DEFAULT_GRIDS = (
-    Grid(('permutation', 'band_2d', 'trained_attention'), (64, 128, 256, 512)),
+    Grid(('permutation', 'band_2d', 'trained_attention'), (64, 128, 256, 512, 1024)),
     Grid(('band_1d', 'smooth_kernel', 'row_stochastic', 'causal_decay'), (64, )),
     Grid(('permutation', ), (128, ), (8, 32)),
 )

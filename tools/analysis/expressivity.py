@@ -6,7 +6,7 @@ Writes ``report.md``, ``report.json`` and the figures ``error_vs_seqlen.png``,
 
     python tools/analysis/expressivity.py --out-dir work_dirs/expressivity \\
         --attention-config configs/compare/dino_vit-d192-l12-p8_1xb128-20e_toy-rich.py \\
-        --attention-checkpoint work_dirs/expressivity/vit_teacher.pth
+        --attention-checkpoint work_dirs/expressivity/vit_teacher_e10.pth
 
 Without ``--grid`` the sweep is ``DEFAULT_GRIDS``
 (:mod:`mmdinomamba.analysis.expressivity_sweep`). ``--grid TARGETS SEQLENS WIDTHS
