@@ -123,13 +123,11 @@ class MMPretrainAttention:
         raise ValueError(f'{type(attn).__name__}: unknown attention function {fn!r}; '
                          'cannot tell its logit scale')
 
-    @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
         """``{'attention': M}``, (batch, nheads, seqlen, seqlen)."""
         q, k, _ = self._qkv(u)
         return {'attention': softmax_attention_matrix(q, k, self.logit_scale())}
 
-    @torch.no_grad()
     def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
         """``{'attention': V}``, (batch, nheads, seqlen, head_dims)."""
         return {'attention': self._qkv(u)[2]}

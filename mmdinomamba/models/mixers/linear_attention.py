@@ -50,14 +50,12 @@ class LinearAttention(nn.Module):
         return MixerInfo('linear', self.num_heads, self.dim // self.num_heads,
                          ('attention', ))
 
-    @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
         """``{'attention': M}`` with ``M`` (batch, nheads, seqlen, seqlen); the
         mixer's pre-projection output per head is ``M v``."""
         q, k, _ = self._qkv(u)
         return {'attention': linear_attention_matrix(q, k)}
 
-    @torch.no_grad()
     def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
         """``{'attention': v}``, the value projection (batch, nheads, seqlen,
         headdim): ``M v`` is each head's slice of the input of ``proj``."""

@@ -308,7 +308,6 @@ class LinearAttentionMixer(nn.Module):
             return w / n
         return w / (norm.sum(dim=-1, keepdim=True) + n * self.eps)
 
-    @torch.no_grad()
     def mixing_matrices(self, u: Tensor, hw: Tuple[int, int]) -> Dict[str, Tensor]:
         """``'attention'`` (batch, num_heads, N, N) and, with a per-channel term,
         ``'whole'`` (batch, dim, N, N); see the module docstring."""
@@ -328,7 +327,6 @@ class LinearAttentionMixer(nn.Module):
         out['whole'] = M
         return out
 
-    @torch.no_grad()
     def mixing_values(self, u: Tensor, hw: Tuple[int, int]) -> Dict[str, Tensor]:
         """``'attention'``: G per head (batch, num_heads, N, e); ``'whole'``: V per
         channel (batch, dim, N, 1). Plus the LePE bias per channel, ``M X`` is the

@@ -19,9 +19,14 @@ grid) takes the grid as its forward does: ``mixing_matrices(u, hw)`` and
 ``mixing_values(u, hw)`` with ``hw = (height, width)`` and the tokens in raster
 order. A matrix may be per channel rather than per head (MLLA's ``'whole'``:
 (batch, dim, seqlen, seqlen) with X (batch, dim, seqlen, 1)); its second axis
-says how many there are. Matrices and values are computed without gradients, in
-the dtype of the mixer's parameters (cast the mixer and ``u`` to float64 for
-exact rank work).
+says how many there are. Matrices and values are computed in the dtype of the
+mixer's parameters (cast the mixer and ``u`` to float64 for exact rank work) and
+in the caller's grad mode: with gradients enabled they are differentiable in the
+mixer's parameters and in ``u``, which is how
+:mod:`mmdinomamba.analysis.expressivity` fits a mixer's matrix to a target
+through this protocol; the measuring helpers of :mod:`mmdinomamba.analysis.mixing`
+call them under ``torch.no_grad()``. An implementation therefore must not switch
+gradients off itself (no ``@torch.no_grad()``).
 """
 from dataclasses import dataclass
 from typing import Dict, Protocol, Tuple, runtime_checkable

@@ -214,7 +214,6 @@ class SSDMixer(nn.Module):
             yield direction, flip, self.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt,
                                                    direction)
 
-    @torch.no_grad()
     def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
         """The SSD token-mixing matrix of each direction, in sequence order.
 
@@ -236,7 +235,6 @@ class SSDMixer(nn.Module):
             out[direction] = M.flip(-1).flip(-2) if flip else M
         return out
 
-    @torch.no_grad()
     def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
         """The values ``x_d`` of each direction (its conv1d + SiLU output), in
         sequence order: ``M_d x_d`` is the SSD output (``D`` skip included) that
@@ -254,7 +252,6 @@ class SSDMixer(nn.Module):
             out[direction] = rearrange(x, 'b l h p -> b h l p')
         return out
 
-    @torch.no_grad()
     def decay_masks(self, u: Tensor) -> Dict[str, Tensor]:
         """The learnable mask ``L`` of each direction, in sequence order.
 

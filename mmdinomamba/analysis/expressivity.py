@@ -1,0 +1,556 @@
+"""The expressivity probe: how closely can a token mixer's matrix M match a target T?
+
+The paper bounds the rank of each mixer's matrix (softmax > SSD > linear
+attention). The probe measures it end to end: for a mixer family, a width and a
+target matrix T (seqlen x seqlen, :mod:`.expressivity_targets`) it fits the
+mixer's parameters so that the mixer's own M matches T, and reports the relative
+error ``||M - T||_F / ||T||_F`` with its spread over restarts.
+
+The model fitted (:class:`ProbeModel`), for a family of :data:`FAMILIES`, width
+w (D_QK or the state size N) and H heads::
+
+    u   = X P                          X (seqlen, feature_dim): fixed token features;
+                                       P (feature_dim, H w): learned
+    M_h = mean_k mixing_matrices(u)[k] the family's keys k, head h
+    M   = sum_h a_h M_h                a (H,): learned head weights
+
+- M is the mixer's own: the mixing-matrix protocol
+  (:class:`~mmdinomamba.models.mixers.TokenMixer`) called with gradients on, so
+  the fit runs through the code the rank tool measures.
+- The token features X are fixed (:func:`token_features`: i.i.d. N(0, 1),
+  ``feature_dim`` wide, the same for every family, restart and width); the
+  learned embedding P plays the previous layer's projection into the mixer's
+  width. As in a network whose tokens are ``feature_dim`` wide, the mixer's
+  queries and keys (B and C) lie in a ``feature_dim``-dimensional space.
+  (Free per-token inputs, X = I, make the fit badly conditioned: self-fits
+  stall at 1e-2 to 1e-1; docs/expressivity.md.)
+- Heads: with each head's value path carrying the same features, a layer mixes
+  tokens by ``sum_h a_h M_h`` (the output projection's share of each head).
+  With one head ``a`` is a scale. A family whose matrices are per channel
+  (MLLA with LePE: attention plus each channel's 3 x 3 stencil) gets one
+  weight per channel in the same way. A mixer on a token grid gets the grid
+  :func:`~.expressivity_targets.grid_shape` (L), tokens in raster order.
+- Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
+  within ``steps`` evaluations (a forward and backward pass each). Adam (lr
+  0.03 falling along a cosine, keeping the best parameters it saw) spends a
+  quarter of the budget moving off the initialisation; then L-BFGS (strong Wolfe line
+  search, history 50) converges, in coordinates scaled by Adam's second moments
+  (``p = p0 + z / sqrt(v)``: a diagonal preconditioner, since the embedding,
+  the projections and the SSD's decay parameters live on different scales).
+  When L-BFGS stops early, Adam takes over again; the fit ends once such a
+  round gains less than 1 %. The best parameters seen are kept, and their error
+  is recomputed in float64. Restart r draws its initialisation with seed
+  ``seed + r``.
+- A fit is an upper bound on the best error the family can reach; the floors
+  of :mod:`.expressivity_targets` are lower bounds.
+
+Families (:data:`FAMILIES`; a new mixer is one row):
+
+=================  ==================================================  ========  ========
+family             mixer (model width H w)                             rank(M)   block
+=================  ==================================================  ========  ========
+softmax            mmpretrain ``MultiheadAttention``                   L         L / 2
+linear             :class:`~mmdinomamba.models.mixers.LinearAttention`  <= H w    <= H w
+ssd_causal         :class:`~mmdinomamba.models.mixers.SSDMixer`,        L         <= H w
+                   ``d_state=w``, ``headdim=2 w``, one direction
+ssd_bidirectional  the same, both directions, M = (M_fwd + M_bwd) / 2  L         <= H w
+mlla               :class:`~mmdinomamba.models.mixers.LinearAttentionMixer`  <= H w    <= H w
+                   ``rope=True``: MLLA's attention without LePE
+mlla_lepe          the same with ``lepe=True``, key ``'whole'``        L         (*)
+=================  ==================================================  ========  ========
+
+(*) the LePE stencil reaches W + 1 raster positions (W the grid's width): the
+block below the diagonal has rank <= H w + W + 1 (no floor drawn).
+
+"block" is the block strictly below the diagonal
+(:func:`~.expressivity_targets.offdiag_block`). The SSD's bound there is N per
+head: Mamba-2's decay is one scalar per head and token, so its mask has rank 1
+on that block (docs/rank_analysis.md).
+"""
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .adapters import as_mixer
+from .expressivity_targets import check_target, grid_shape, offdiag_block, rank_floors
+
+Tensor = torch.Tensor
+
+__all__ = ['FAMILIES', 'Family', 'FitResult', 'ProbeModel', 'check_device', 'check_family',
+           'check_fit_args', 'fit_matrix', 'has_offdiag_block', 'probe_memory_bytes',
+           'sample_matrix', 'token_features']
+
+
+# --------------------------------------------------------------------------- #
+# Families
+# --------------------------------------------------------------------------- #
+def _softmax(width: int, heads: int) -> nn.Module:
+    from mmpretrain.models.utils.attention import MultiheadAttention
+    return MultiheadAttention(embed_dims=width * heads, num_heads=heads)
+
+
+def _linear(width: int, heads: int) -> nn.Module:
+    from mmdinomamba.models.mixers import LinearAttention
+    return LinearAttention(width * heads, heads)
+
+
+def _mlla(width: int, heads: int, lepe: bool) -> nn.Module:
+    from mmdinomamba.models.mixers import LinearAttentionMixer
+    return LinearAttentionMixer(width * heads, heads, rope=True, lepe=lepe)
+
+
+def _ssd(width: int, heads: int, bidirectional: bool) -> nn.Module:
+    from mmdinomamba.models.mixers import SSDMixer
+    # expand 2: inner width 2 H N = H heads of 2 N channels (the channels act on
+    # the values only, not on M). Steps drawn in [0.01, 1] instead of Mamba's
+    # [0.001, 0.1]: the family is the same, but at Mamba's initialisation the
+    # skip D = 1 outweighs the rest of M a hundredfold, a poor start for a fit.
+    return SSDMixer(width * heads, d_state=width, headdim=2 * width, dt_min=0.01,
+                    dt_max=1.0, bidirectional=bidirectional)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row of :data:`FAMILIES`.
+
+    Attributes:
+        build (callable): ``(width, heads) -> mixer``, a module with the
+            mixing-matrix protocol whose input is ``heads * width`` wide.
+        keys (tuple): the matrices of ``mixing_matrices`` averaged into M.
+        width_name (str): what the width is ('D_QK', 'N').
+        rank (callable, optional): ``(width, heads) -> r``, a bound on rank(M);
+            None if M can have full rank.
+        block_rank (callable, optional): ``(width, heads) -> r``, a bound on the
+            rank of the block strictly below the diagonal; None if none.
+        causal (bool): M is lower triangular (the report draws the causal floor).
+        bytes_per_entry (int): memory a fit holds per entry of one matrix of
+            one key (:func:`probe_memory_bytes`).
+        description (str): one line for the report.
+        per_channel (bool): the keys' matrices are one per channel
+            (``heads * width`` of them, MLLA's ``'whole'``), not one per head;
+            M weighs each with its own learned weight. Defaults to False.
+    """
+    build: Callable[[int, int], nn.Module]
+    keys: Tuple[str, ...]
+    width_name: str
+    rank: Optional[Callable[[int, int], int]]
+    block_rank: Optional[Callable[[int, int], int]]
+    causal: bool
+    bytes_per_entry: int
+    description: str
+    per_channel: bool = False
+
+    def matrices(self, width: int, heads: int) -> int:
+        """How many matrices each key has (heads, or channels if per_channel)."""
+        return width * heads if self.per_channel else heads
+
+
+def _heads_times_width(width: int, heads: int) -> int:
+    return width * heads
+
+
+FAMILIES: Dict[str, Family] = {
+    'softmax': Family(
+        build=_softmax, keys=('attention', ), width_name='D_QK', rank=None,
+        block_rank=None, causal=False, bytes_per_entry=128,
+        description='softmax attention (mmpretrain MultiheadAttention)'),
+    'linear': Family(
+        build=_linear, keys=('attention', ), width_name='D_QK',
+        rank=_heads_times_width, block_rank=_heads_times_width, causal=False,
+        bytes_per_entry=128,
+        description='linear attention, phi = softmax over channels (LinearAttention)'),
+    'ssd_causal': Family(
+        build=partial(_ssd, bidirectional=False), keys=('forward', ), width_name='N',
+        rank=None, block_rank=_heads_times_width, causal=True, bytes_per_entry=160,
+        description='Mamba-2 SSD, causal (SSDMixer)'),
+    'ssd_bidirectional': Family(
+        build=partial(_ssd, bidirectional=True), keys=('forward', 'backward'),
+        width_name='N', rank=None, block_rank=_heads_times_width, causal=False,
+        bytes_per_entry=160,
+        description='Mamba-2 SSD, bidirectional (SSDMixer, bimamba v2)'),
+    'mlla': Family(
+        build=partial(_mlla, lepe=False), keys=('attention', ), width_name='D_QK',
+        rank=_heads_times_width, block_rank=_heads_times_width, causal=False,
+        bytes_per_entry=128,
+        description="MLLA's attention without LePE: ELU + 1, RoPE 2-D "
+        '(LinearAttentionMixer)'),
+    'mlla_lepe': Family(
+        build=partial(_mlla, lepe=True), keys=('whole', ), width_name='D_QK',
+        rank=None, block_rank=None, causal=False, bytes_per_entry=48,
+        per_channel=True,
+        description="MLLA's attention with LePE (3 x 3 depthwise conv of V; "
+        'LinearAttentionMixer)'),
+}
+
+
+def check_family(name: str) -> Family:
+    """The row of :data:`FAMILIES` called ``name``, or a ValueError naming the
+    choices."""
+    if name not in FAMILIES:
+        raise ValueError(f'unknown mixer family {name!r}; choose one of '
+                         f'{sorted(FAMILIES)}')
+    return FAMILIES[name]
+
+
+def check_device(device) -> torch.device:
+    """``device`` as a torch.device, or a ValueError if it names no device this
+    process can use (a CUDA device without CUDA, or beyond the devices seen)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f'unknown device {device!r} ({err}); use e.g. cpu or cuda:0')
+    if dev.type == 'cuda' and (not torch.cuda.is_available() or
+                               (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f'device {device!r} is not available here '
+                         f'({torch.cuda.device_count()} CUDA device(s) seen); use cpu')
+    if dev.type not in ('cpu', 'cuda'):
+        raise ValueError(f'device {device!r}: the probe runs on cpu or cuda')
+    return dev
+
+
+def _check_size(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'{name} must be a positive int, got {value!r}')
+
+
+# --------------------------------------------------------------------------- #
+# The model fitted
+# --------------------------------------------------------------------------- #
+def token_features(seqlen: int, feature_dim: int, seed: int = 0) -> Tensor:
+    """The fixed token features X: (seqlen, feature_dim) float32, i.i.d. N(0, 1)
+    from ``torch.Generator().manual_seed(seed)``."""
+    _check_size('seqlen', seqlen)
+    _check_size('feature_dim', feature_dim)
+    return torch.randn(seqlen, feature_dim, generator=torch.Generator().manual_seed(seed))
+
+
+class ProbeModel(nn.Module):
+    """Fixed features, learned embedding, one mixer, head weights -> M (module
+    docstring).
+
+    Args:
+        family (str): a key of :data:`FAMILIES`.
+        width (int): D_QK or N.
+        heads (int): H.
+        features (Tensor): X, (seqlen, feature_dim), kept fixed (a buffer).
+    """
+
+    def __init__(self, family: str, width: int, heads: int, features: Tensor):
+        super().__init__()
+        self.family = check_family(family)
+        if features.dim() != 2:
+            raise ValueError('features must have shape (seqlen, feature_dim), got '
+                             f'{tuple(features.shape)}')
+        self.register_buffer('features', features.detach().clone().float())
+        # P: u = X P has N(0, 1) entries at initialisation, like normed tokens
+        self.embed = nn.Linear(features.shape[1], width * heads, bias=False)
+        nn.init.normal_(self.embed.weight, std=features.shape[1] ** -0.5)
+        self.mixer = self.family.build(width, heads)
+        count = self.family.matrices(width, heads)
+        self.head_weights = nn.Parameter(torch.full((count, ), 1.0 / count))
+        mixer = as_mixer(self.mixer)
+        self.grid = (grid_shape(features.shape[0]), ) if mixer.mixing_info().grid else ()
+
+    def forward(self) -> Tensor:
+        """M, (seqlen, seqlen), differentiable in every parameter."""
+        u = self.embed(self.features)[None]
+        mats = as_mixer(self.mixer).mixing_matrices(u, *self.grid)
+        M = torch.stack([mats[k][0] for k in self.family.keys]).mean(0)
+        return torch.einsum('h,hij->ij', self.head_weights.to(M.dtype), M)
+
+
+def sample_matrix(family: str, width: int, heads: int, features: Tensor,
+                  seed: int = 0) -> Tensor:
+    """A matrix of the family on ``features``: M of a :class:`ProbeModel` at its
+    random initialisation under ``seed``, (seqlen, seqlen) float64."""
+    torch.manual_seed(seed)
+    model = ProbeModel(family, width, heads, features).double()
+    with torch.no_grad():
+        return model()
+
+
+def probe_memory_bytes(family: str, seqlen: int, width: int, heads: int) -> int:
+    """An estimate of the memory one fit needs: the family's ``bytes_per_entry``
+    for each matrix of each key (:meth:`Family.matrices`), plus the float64 target, its float32
+    copy and the float64 evaluation. (Measured peak resident memory over the
+    process baseline, one head at L = 1024, target included: softmax 94, linear
+    80, SSD 125 bytes per entry and matrix.)"""
+    fam = check_family(family)
+    count = fam.matrices(width, heads) * len(fam.keys)
+    return (fam.bytes_per_entry * count + 32) * seqlen ** 2
+
+
+# --------------------------------------------------------------------------- #
+# Fitting
+# --------------------------------------------------------------------------- #
+@dataclass
+class FitResult:
+    """What :func:`fit_matrix` found.
+
+    Attributes:
+        family (str), width (int), heads (int), seqlen (int): the cell.
+        errors (list[float]): relative error of each restart, float64.
+        initial_errors (list[float]): the same at each restart's initialisation.
+        block_errors (list[float]): each restart's relative error on the block
+            strictly below the diagonal (None unless :func:`has_offdiag_block`).
+        floor (float, optional): the rank floor of T for the family's rank bound
+            (None for a family without one).
+        block_floor (float, optional): the same for the off-diagonal block.
+        rank (int, optional), block_rank (int, optional): the bounds used.
+        seconds (float): wall time of all restarts.
+        matrix (Tensor, optional): the best restart's M (float64), if asked for.
+        state (dict): the best restart's parameters (the model's state without
+            the features), for a warm start.
+    """
+    family: str
+    width: int
+    heads: int
+    seqlen: int
+    errors: List[float] = field(default_factory=list)
+    initial_errors: List[float] = field(default_factory=list)
+    block_errors: List[Optional[float]] = field(default_factory=list)
+    floor: Optional[float] = None
+    block_floor: Optional[float] = None
+    rank: Optional[int] = None
+    block_rank: Optional[int] = None
+    seconds: float = 0.0
+    matrix: Optional[Tensor] = None
+    state: Optional[Dict[str, Tensor]] = None
+
+    @property
+    def best(self) -> float:
+        """The lowest error over restarts."""
+        return min(self.errors)
+
+    @property
+    def best_block(self) -> Optional[float]:
+        """The block error of the best restart."""
+        return self.block_errors[self.errors.index(self.best)]
+
+
+BLOCK_MIN_SHARE = 0.01
+
+
+def has_offdiag_block(T: Tensor) -> bool:
+    """Whether the block strictly below the diagonal holds at least
+    :data:`BLOCK_MIN_SHARE` of T's energy (``||block||_F^2 / ||T||_F^2``): below
+    that (bands, fast decays), its relative error measures a few small entries."""
+    return bool(offdiag_block(T).pow(2).sum() >= BLOCK_MIN_SHARE * T.pow(2).sum())
+
+
+def _relative_error(M: Tensor, T: Tensor) -> float:
+    return float((M - T).norm() / T.norm())
+
+
+def check_fit_args(family: str, seqlen: int, width: int, heads: int, steps: int,
+                   restarts: int, memory_limit_gb: float) -> Family:
+    """Validate a fit's settings (a ValueError names the first problem); the
+    family's row."""
+    fam = check_family(family)
+    for name, value in (('seqlen', seqlen), ('width', width), ('heads', heads),
+                        ('steps', steps), ('restarts', restarts)):
+        _check_size(name, value)
+    if not (isinstance(memory_limit_gb, (int, float)) and memory_limit_gb > 0):
+        raise ValueError(f'memory_limit_gb must be a positive number, got '
+                         f'{memory_limit_gb!r}')
+    need = probe_memory_bytes(family, seqlen, width, heads)
+    if need > memory_limit_gb * 2 ** 30:
+        raise ValueError(
+            f'{family} with {heads} head(s) at L = {seqlen} needs about '
+            f'{need / 2 ** 30:.1f} GiB, over the limit of {memory_limit_gb:g} GiB: '
+            'use a shorter sequence or fewer heads, or raise the memory limit')
+    return fam
+
+
+ADAM_LR = 0.03
+ADAM_SHARE = 0.25
+LBFGS_HISTORY = 50
+SCALE_RANGE = (1e-3, 1e3)
+MIN_GAIN = 0.01
+
+
+def _adam_phase(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
+                steps: int) -> Dict[str, Tensor]:
+    """``steps`` Adam steps, the learning rate falling from :data:`ADAM_LR` to 0
+    along a cosine; ``model`` is left at the best parameters the phase saw.
+    Returns the per-parameter scale ``1 / sqrt(v)`` from Adam's second moments,
+    divided by its median and clipped to :data:`SCALE_RANGE`."""
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    adam = torch.optim.Adam(named.values(), lr=ADAM_LR)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(adam, steps)
+    best_loss, best_state = math.inf, None
+    for _ in range(steps):
+        adam.zero_grad(set_to_none=True)
+        loss = loss_of(model())
+        if not torch.isfinite(loss):
+            break
+        if loss.item() < best_loss:
+            best_loss, best_state = loss.item(), copy.deepcopy(model.state_dict())
+        loss.backward()
+        adam.step()
+        schedule.step()
+    with torch.no_grad():
+        last = loss_of(model()).item()
+    if best_state is not None and not last <= best_loss:
+        model.load_state_dict(best_state)
+    scale = {name: adam.state[p]['exp_avg_sq'].sqrt().add(1e-12).reciprocal()
+             if p in adam.state else torch.ones_like(p)
+             for name, p in named.items()}
+    median = torch.cat([t.detach().flatten() for t in scale.values()]).median()
+    return {name: (t / median).clamp(*SCALE_RANGE).detach()
+            for name, t in scale.items()}
+
+
+def _lbfgs_phase(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
+                 scale: Dict[str, Tensor], budget: int) -> int:
+    """L-BFGS in the scaled coordinates ``p = p0 + scale * z`` for at most
+    ``budget`` evaluations; writes the result into ``model``; returns the
+    evaluations used."""
+    from torch.func import functional_call
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    base = {name: p.detach().clone() for name, p in named.items()}
+    z = {name: torch.zeros_like(p, requires_grad=True) for name, p in named.items()}
+    lbfgs = torch.optim.LBFGS(list(z.values()), lr=1, max_iter=budget,
+                              max_eval=budget, history_size=LBFGS_HISTORY,
+                              tolerance_grad=0, tolerance_change=0,
+                              line_search_fn='strong_wolfe')
+    evaluations = 0
+
+    def params():
+        return {name: base[name] + scale[name] * z[name] for name in z}
+
+    def closure():
+        nonlocal evaluations
+        lbfgs.zero_grad(set_to_none=True)
+        loss = loss_of(functional_call(model, params(), ()))
+        evaluations += 1
+        if torch.isfinite(loss):
+            loss.backward()
+        return loss
+
+    lbfgs.step(closure)
+    with torch.no_grad():
+        for name, value in params().items():
+            named[name].copy_(value)
+    return evaluations
+
+
+def _minimise(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
+              steps: int) -> None:
+    """Alternate Adam and preconditioned L-BFGS phases for ``steps`` evaluations
+    (module docstring); leave ``model`` at the best parameters seen."""
+    used = 0
+    best_loss, best_state = math.inf, None
+    while used < steps:
+        adam_steps = min(max(1, math.ceil(ADAM_SHARE * steps)), steps - used)
+        scale = _adam_phase(model, loss_of, adam_steps)
+        used += adam_steps
+        if used < steps:
+            used += _lbfgs_phase(model, loss_of, scale, steps - used)
+        with torch.no_grad():
+            loss = float(loss_of(model()))
+        if not loss < best_loss * (1 - MIN_GAIN):
+            break  # a stalled round: L-BFGS has converged (or diverged)
+        best_loss, best_state = loss, copy.deepcopy(model.state_dict())
+    if best_state is not None:
+        model.load_state_dict(best_state)
+
+
+def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
+               steps: int = 400, restarts: int = 1, seed: int = 0,
+               memory_limit_gb: float = 8.0, keep_matrix: bool = False,
+               floors: Optional[Dict[str, Dict[int, float]]] = None,
+               features: Optional[Tensor] = None, feature_dim: int = 64,
+               warm_start: Optional[Dict[str, Tensor]] = None,
+               device='cpu') -> FitResult:
+    """Fit a family's M to ``target`` (module docstring).
+
+    Every argument is checked before any work starts.
+
+    Args:
+        target (Tensor): T, (seqlen, seqlen).
+        family (str): a key of :data:`FAMILIES`.
+        width (int): D_QK or N.
+        heads (int): H. Defaults to 1.
+        steps (int): evaluations (forward and backward passes) per restart.
+            Defaults to 400.
+        restarts (int): initialisations, seeds ``seed + r``. Defaults to 1.
+        seed (int): Defaults to 0.
+        memory_limit_gb (float): refuse a fit whose estimated memory
+            (:func:`probe_memory_bytes`) is larger. Defaults to 8.
+        keep_matrix (bool): keep the best restart's M. Defaults to False.
+        floors (dict, optional): ``{'whole': {r: floor}, 'block': {r: floor}}``
+            already computed for T (the sweep computes them once per target);
+            None to compute them here.
+        features (Tensor, optional): X, (seqlen, feature_dim); None for
+            :func:`token_features` (seqlen, ``feature_dim``, ``seed``).
+        feature_dim (int): width of the default features. Defaults to 64.
+        warm_start (dict, optional): parameters (a :attr:`FitResult.state`,
+            e.g. the fit of the same family and width to a shorter sequence:
+            none of them depends on L) that restart 0 starts from instead of
+            its random draw.
+        device (str | torch.device): where the fit runs (the target, errors,
+            floors and the returned state stay on the CPU). Defaults to 'cpu'.
+
+    Returns:
+        FitResult.
+    """
+    check_target(target)
+    seqlen = target.shape[0]
+    fam = check_fit_args(family, seqlen, width, heads, steps, restarts,
+                         memory_limit_gb)
+    device = check_device(device)
+    if features is None:
+        features = token_features(seqlen, feature_dim, seed)
+    elif features.dim() != 2 or features.shape[0] != seqlen:
+        raise ValueError(f'features must have shape ({seqlen}, feature_dim) for a '
+                         f'{seqlen} x {seqlen} target, got {tuple(features.shape)}')
+    rank = fam.rank(width, heads) if fam.rank else None
+    block_rank = fam.block_rank(width, heads) if fam.block_rank else None
+    T64 = target.detach().double().cpu()
+    T_block = offdiag_block(T64)
+    has_block = has_offdiag_block(T64)
+    if floors is None:
+        floors = dict(whole=rank_floors(T64, [rank]) if rank is not None else {},
+                      block=rank_floors(T_block, [block_rank])
+                      if block_rank is not None and has_block else {})
+    result = FitResult(family, width, heads, seqlen, rank=rank, block_rank=block_rank,
+                       floor=floors['whole'].get(rank),
+                       block_floor=floors['block'].get(block_rank))
+    T32 = T64.float().to(device)
+    scale = T32.pow(2).sum()
+    start = time.perf_counter()
+    best = None
+    for restart in range(restarts):
+        torch.manual_seed(seed + restart)
+        model = ProbeModel(family, width, heads, features).to(device)
+        if restart == 0 and warm_start is not None:
+            model.load_state_dict(dict(warm_start, features=model.features))
+        M = model()
+        if not M.requires_grad:
+            raise RuntimeError(
+                f'{type(model.mixer).__name__}.mixing_matrices returned a matrix '
+                'without gradient: the mixing-matrix protocol must follow the '
+                "caller's grad mode (remove its torch.no_grad)")
+        result.initial_errors.append(_relative_error(M.detach().double().cpu(), T64))
+        _minimise(model, lambda M: (M - T32).pow(2).sum() / scale, steps)
+        with torch.no_grad():
+            M = copy.deepcopy(model).double()().cpu()
+        error = _relative_error(M, T64) if torch.isfinite(M).all() else math.inf
+        result.errors.append(error)
+        result.block_errors.append(_relative_error(offdiag_block(M), T_block)
+                                   if has_block and math.isfinite(error) else None)
+        if best is None or error < best:
+            best = error
+            result.state = {name: value.detach().cpu()
+                            for name, value in model.state_dict().items()
+                            if name != 'features'}
+            result.matrix = M if keep_matrix else None
+    result.seconds = time.perf_counter() - start
+    return result
