@@ -5,9 +5,12 @@ import os
 import os.path as osp
 import subprocess
 
+import pytest
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_the_loop_runs_the_shipped_configs(tmp_path):
     log = tmp_path / 'calls.txt'
     stand_in = tmp_path / 'python'

@@ -138,6 +138,7 @@ def test_skip_unreadable_warns_once_per_file_and_counts(folder_with_bad_images,
     assert all(path in collect.messages[-1] for path in ds.skipped)
 
 
+@pytest.mark.slow
 def test_skip_count_is_logged_when_a_data_worker_ends(folder_with_bad_images, capfd,
                                                       monkeypatch):
     """A data worker logs its count when it exits (the end of the epoch here)."""
