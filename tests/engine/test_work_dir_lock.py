@@ -80,7 +80,8 @@ def test_train_tool_holds_the_lock_and_a_killed_run_leaves_it_stale(toy_root,
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    third = subprocess.run(train + ['--cfg-options', 'train_cfg.max_epochs=1'],
+    # two epochs: the config's one warm-up epoch and one of its cosine
+    third = subprocess.run(train + ['--cfg-options', 'train_cfg.max_epochs=2'],
                            env=ENV, cwd=ROOT, capture_output=True, text=True,
                            timeout=300)
     output = third.stdout + third.stderr
