@@ -44,6 +44,7 @@ def test_every_row_names_an_importable_class():
         assert set(packages) <= set(PACKAGES), path
 
 
+@pytest.mark.slow
 def test_custom_imports_in_a_config(tmp_path):
     cfg = tmp_path / 'cfg.py'
     cfg.write_text("custom_imports = dict(imports=['mmdinomamba'], "
@@ -77,6 +78,7 @@ print('registered', mmdinomamba.register_all_modules())
 """
 
 
+@pytest.mark.slow
 def test_core_imports_with_torch_einops_mmengine_only():
     """The numerical core never imports mmcv / mmpretrain / mmseg / mmdet."""
     out = subprocess.run([sys.executable, '-c', CORE_ONLY], capture_output=True,

@@ -6,12 +6,11 @@ heads = H, head map g = map_g.
 import pytest
 import torch
 import torch.nn.functional as F
-from mmpretrain.models.backbones import VisionTransformer
 
 from mmdinomamba.analysis import (activation_maps, cosine_similarity_maps,
                                   layer_activation_maps, layer_tokens, token_layout,
                                   upsample_maps)
-from mmdinomamba.models import DinoVim, LinearViT
+from tests.factories import dinovim, linear_vit, mmpretrain_vit
 
 # Non-square images with a 6 x 8 patch grid: rows and columns cannot be swapped
 # without a test noticing.
@@ -20,21 +19,17 @@ PATCH = 8
 
 
 def tiny(kind, **kwargs):
-    torch.manual_seed(0)
     if kind in ('dinovim', 'dinovim-reg'):
-        model = DinoVim(arch=dict(embed_dims=64, num_layers=2), img_size=64,
-                        patch_size=PATCH,
+        model = dinovim(64, 2, img_size=64, patch_size=PATCH,
                         mixer_cfg=dict(d_state=16, headdim=16, chunk_size=16),
                         num_registers=4 if kind == 'dinovim-reg' else 0,
                         drop_path_rate=0.0, **kwargs)
     elif kind == 'linearvit':
-        model = LinearViT(arch=dict(embed_dims=64, num_layers=2, num_heads=4,
-                                    mlp_ratio=2), img_size=64, patch_size=PATCH,
-                          drop_path_rate=0.0, **kwargs)
+        model = linear_vit(64, 2, num_heads=4, img_size=64, patch_size=PATCH,
+                           drop_path_rate=0.0, **kwargs)
     else:
-        model = VisionTransformer(arch=dict(embed_dims=64, num_layers=2, num_heads=4,
-                                            feedforward_channels=128),
-                                  img_size=64, patch_size=PATCH, **kwargs)
+        model = mmpretrain_vit(64, 2, num_heads=4, feedforward_channels=128,
+                               img_size=64, patch_size=PATCH, **kwargs)
         # zero-initialised until init_weights (which logs every parameter)
         torch.nn.init.normal_(model.cls_token, std=0.5)
         torch.nn.init.normal_(model.pos_embed, std=0.5)

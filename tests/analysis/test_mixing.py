@@ -13,9 +13,10 @@ from mmdinomamba.analysis.mixing import (capture_mixer_inputs, find_mixer,
                                          mixer_info, mixing_matrices, mixing_values,
                                          softmax_attention_matrix, ssd_decay_masks)
 from mmdinomamba.analysis.rank import block_ranks, numerical_rank
-from mmdinomamba.models import DinoVim, LinearAttention, LinearViT, SSDMixer
+from mmdinomamba.models import LinearAttention, SSDMixer
 from mmdinomamba.ops import ssd_decay_mask, ssd_mixing_matrix, ssd_ref
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
+from tests.factories import dinovim, linear_vit
 
 TOL = dict(rtol=1e-11, atol=1e-11)
 DIM = 16
@@ -114,19 +115,24 @@ def test_combined_matrix_mixes_shared_values():
                                **TOL)
 
 
+def proj_input(attn, u):
+    """What ``attn(u)`` hands its output projection: the heads' outputs, joined."""
+    seen = []
+    handle = attn.proj.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    attn(u)
+    handle.remove()
+    return seen[0]
+
+
 def test_linear_matrix_times_v_is_the_attention_output():
     torch.manual_seed(0)
     attn = perturbed(LinearAttention(DIM, num_heads=4).double(), scale=0.5)
     u = torch.randn(2, 11, DIM, dtype=torch.float64)
     M = mixing_matrices(attn, u)['attention']
     V = mixing_values(attn, u)['attention']
-    seen = []
-    handle = attn.proj.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
-    attn(u)
-    handle.remove()
     got = apply(M, V)
-    torch.testing.assert_close(got.permute(0, 2, 1, 3).reshape(2, 11, DIM), seen[0],
-                               **TOL)
+    torch.testing.assert_close(got.permute(0, 2, 1, 3).reshape(2, 11, DIM),
+                               proj_input(attn, u), **TOL)
     q, k, v = attn._qkv(u)
     torch.testing.assert_close(got, linear_attention(q, k, v), **TOL)
 
@@ -140,12 +146,8 @@ def test_softmax_matrix_times_v_is_mmpretrain_attention(qk_scale):
     u = torch.randn(2, 11, DIM, dtype=torch.float64)
     M = mixing_matrices(attn, u)['attention']
     V = mixing_values(attn, u)['attention']
-    seen = []
-    handle = attn.proj.register_forward_pre_hook(lambda m, args: seen.append(args[0]))
-    attn(u)
-    handle.remove()
     torch.testing.assert_close(apply(M, V).permute(0, 2, 1, 3).reshape(2, 11, DIM),
-                               seen[0], **TOL)
+                               proj_input(attn, u), **TOL)
     torch.testing.assert_close(M.sum(-1), torch.ones(2, 4, 11, dtype=torch.float64))
 
 
@@ -165,16 +167,12 @@ def test_float32_mixer_is_materialised_in_float64():
 # Capturing the mixer input inside a backbone
 # --------------------------------------------------------------------------- #
 def tiny_dinovim():
-    torch.manual_seed(0)
-    return DinoVim(arch=dict(embed_dims=32, num_layers=3), img_size=32,
-                   drop_path_rate=0.0, mixer_cfg=dict(d_state=8, headdim=16,
-                                                      ssd_backend='chunked'))
+    return dinovim(32, 3, img_size=32, drop_path_rate=0.0,
+                   mixer_cfg=dict(d_state=8, headdim=16, ssd_backend='chunked'))
 
 
 def tiny_linear_vit():
-    torch.manual_seed(0)
-    return LinearViT(arch=dict(embed_dims=32, num_layers=3, num_heads=2, mlp_ratio=2),
-                     img_size=32, drop_path_rate=0.0)
+    return linear_vit(32, 3, img_size=32, drop_path_rate=0.0)
 
 
 @pytest.mark.parametrize('build,norm', [(tiny_dinovim, 'norm'),

@@ -16,8 +16,9 @@ from mmdinomamba.analysis.mixing import MixerInfo
 from mmdinomamba.analysis.mixing_rank import (SUMMARY_COLUMNS, analyse_backbone,
                                               offdiag_bounds)
 from mmdinomamba.analysis.rank_report import format_table, write_report
-from mmdinomamba.models import DinoVim, LinearViT
+from mmdinomamba.models import DinoVim
 from mmdinomamba.models.checkpoint import load_backbone_checkpoint
+from tests.factories import dinovim, linear_vit
 
 IMAGENET_MEAN, IMAGENET_STD = DEFAULT_PREPROCESSOR['mean'], DEFAULT_PREPROCESSOR['std']
 
@@ -26,15 +27,12 @@ FIXTURE = osp.join(REPO, '..', 'shared', 'fixtures', 'official_vim_d256_depth4.p
 
 
 def tiny_dinovim(**kw):
-    torch.manual_seed(0)
-    return DinoVim(arch=dict(embed_dims=32, num_layers=2), img_size=48,
-                   drop_path_rate=0.0, mixer_cfg=dict(d_state=4, headdim=16), **kw)
+    return dinovim(32, 2, img_size=48, drop_path_rate=0.0,
+                   mixer_cfg=dict(d_state=4, headdim=16), **kw)
 
 
 def tiny_linear_vit():
-    torch.manual_seed(0)
-    return LinearViT(arch=dict(embed_dims=32, num_layers=2, num_heads=4, mlp_ratio=2),
-                     img_size=48, drop_path_rate=0.0)
+    return linear_vit(32, 2, num_heads=4, img_size=48, drop_path_rate=0.0)
 
 
 def test_backbone_config_both_forms():

@@ -27,6 +27,7 @@ def run_script(tmp_path, *models, **env):
     return call
 
 
+@pytest.mark.slow
 def test_the_loop_runs_the_dino_configs_through_the_benchmark(bench, tmp_path):
     call = run_script(tmp_path, 'vit-base', 'dinovim-base', 'dinovim-tiny+compile',
                       ITERS='20', ROOT=str(tmp_path / 'data'),

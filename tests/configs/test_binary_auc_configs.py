@@ -19,7 +19,7 @@ from sklearn.metrics import roc_auc_score
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.analysis import activation_maps
-from mmdinomamba.datasets import encode_rgb_label_map, make_toy_dataset, read_label_map
+from mmdinomamba.datasets import encode_rgb_label_map, read_label_map
 from mmdinomamba.models import DinoVim
 
 ROOT = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
@@ -160,12 +160,12 @@ def assert_metrics_match(metrics, expected):
 
 
 @pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
-    return make_toy_dataset(str(tmp_path_factory.mktemp('toy_binary_auc') / 'toy'),
-                            num_classes=3, train_per_class=1, val_per_class=1,
-                            size=48, formats=['imagenet', 'ade'])
+def toy_root(toy_data):
+    return toy_data(num_classes=3, train_per_class=1, val_per_class=1, size=48,
+                    formats=['imagenet', 'ade'])
 
 
+@pytest.mark.slow
 def test_toy_config_through_tools_test(toy_root, tmp_path):
     cfg = Config.fromfile(TOY_CONFIG)
     ckpt, out = str(tmp_path / 'dino.pth'), str(tmp_path / 'metrics.json')
@@ -193,6 +193,7 @@ def test_toy_config_through_tools_test(toy_root, tmp_path):
     assert_metrics_match(metrics, independent_binary_auc(cfg, teacher, pairs))
 
 
+@pytest.mark.slow
 def test_toy_ade_config_through_mmseg_runner(toy_root, tmp_path):
     pytest.importorskip('mmseg.models')  # mmseg with mmcv's compiled ops
     from mmengine.runner import Runner

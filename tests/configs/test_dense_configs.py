@@ -21,7 +21,6 @@ import glob
 import importlib
 import math
 import os.path as osp
-import sys
 
 import mmengine.config.utils
 import pytest
@@ -30,11 +29,10 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.datasets import make_toy_dataset, toy_class_names
+from mmdinomamba.datasets import toy_class_names
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from _tiny_dense import (two_stage_head_options, upernet_head_options,  # noqa: E402
-                         upernet_pyramid_head_options)
+from tests.helpers.dense_heads import (two_stage_head_options, upernet_head_options,
+                                        upernet_pyramid_head_options)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEG_CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'upernet', '*.py')))
@@ -87,11 +85,10 @@ def load(path: str) -> Config:
 
 
 @pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
+def toy_root(toy_data):
     """2 classes, 2 train + 1 val image each, 64 px, ADE20K and COCO layouts."""
-    root = str(tmp_path_factory.mktemp('dense') / 'toy')
-    return make_toy_dataset(root, num_classes=NUM_CLASSES, train_per_class=2,
-                            val_per_class=1, size=64, formats=('ade', 'coco'))
+    return toy_data(num_classes=NUM_CLASSES, train_per_class=2, val_per_class=1,
+                    size=64, formats=('ade', 'coco'))
 
 
 def tiny_backbone_options(backbone: dict) -> dict:
@@ -287,6 +284,7 @@ def test_mlla_configs_follow_the_official_settings(size, dims, dpr):
             'RandomFlip', 'RandomChoice']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', SEG_CONFIGS, ids=config_id)
 def test_upernet_config_trains_and_evaluates(path, toy_root, tmp_path):
     cfg = load(path)
@@ -298,6 +296,7 @@ def test_upernet_config_trains_and_evaluates(path, toy_root, tmp_path):
     assert type(runner.val_evaluator.metrics[0]).__name__ == 'IoUMetric'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', DET_CONFIGS, ids=config_id)
 def test_cascade_config_trains_and_evaluates(path, toy_root, tmp_path):
     cfg = load(path)
@@ -382,6 +381,7 @@ def test_cascade_full_size_image(toy_root):
     assert (boxes[:, 2] <= 1333).all() and (boxes[:, 3] <= 800).all()
 
 
+@pytest.mark.slow
 def test_pretrained_backbone_loads_through_init_cfg(toy_root, tmp_path):
     """The documented flow: a plain backbone state dict (what extract_teacher.py
     writes), made at 224 px, loads into the 512 px UperNet backbone."""

@@ -11,55 +11,21 @@ optimizer the config's constructor builds for a 32-wide backbone of the config's
 depth, against the closed form ``lr * rate ** (depth + 1 - layer)``.
 """
 import copy
-import functools
-import glob
 import importlib
-import os
 import os.path as osp
 import re
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
-import mmengine.config.utils
 import pytest
 import torch.nn as nn
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 
 import mmdinomamba  # noqa: F401  (registers our classes)
+from tests.helpers.configs import CONFIGS, leaf_configs, leaf_id, load
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-CONFIGS = osp.join(ROOT, 'configs')
 WIDTH = 32
 DEPTH = {'tiny': 24, 'small': 24, 'base': 24}  # DinoVim presets
 WIDTHS = {'tiny': 256, 'small': 512, 'base': 768}
-
-
-def leaf_configs() -> List[str]:
-    paths = glob.glob(osp.join(CONFIGS, '**', '*.py'), recursive=True)
-    return sorted(p for p in paths
-                  if '_base_' not in osp.relpath(p, CONFIGS).split(os.sep))
-
-
-def leaf_id(path: str) -> str:
-    return osp.splitext(osp.relpath(path, CONFIGS))[0]
-
-
-@functools.lru_cache(maxsize=None)
-def _load(path: str) -> Config:
-    return Config.fromfile(path, format_python_code=False)
-
-
-def load(path: str) -> Config:
-    """The merged config (read once per path: ``mmseg::``/``mmdet::`` bases parse
-    every model-zoo metafile of the package)."""
-    return copy.deepcopy(_load(path))
-
-
-@pytest.fixture(scope='module', autouse=True)
-def parse_upstream_bases_once():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mmengine.config.utils, 'load',
-                      functools.lru_cache(maxsize=None)(mmengine.config.utils.load))
-        yield
 
 
 @pytest.fixture(autouse=True)
@@ -341,9 +307,12 @@ def test_values_that_matter(path):
 # -- layer decay -------------------------------------------------------------------------
 
 def tiny_backbone(backbone: dict) -> dict:
-    """The backbone config at its own depth, 32 channels wide, without weights."""
+    """A plain backbone's config at its own depth, 32 channels wide, without
+    weights (a hierarchical one, MLLA, as configured)."""
     backbone = copy.deepcopy(backbone)
     kind = backbone['type'].split('.')[-1]
+    if kind == 'MLLA':
+        return backbone
     if kind == 'VisionTransformer':
         from mmpretrain.models import VisionTransformer as cls
     else:
@@ -405,10 +374,10 @@ def test_every_leaf_builds(path):
     """The leaf's model, built in its scope with a 32-wide backbone of its own
     depth (every other part as configured)."""
     cfg = load(path)
-    model_cfg = cfg.model.to_dict()
+    model_cfg = cfg.model  # a ConfigDict: mmdet reads its train_cfg by attribute
     if 'backbone' in model_cfg:
-        model_cfg['backbone'] = tiny_backbone(model_cfg['backbone'])
+        model_cfg.backbone = ConfigDict(tiny_backbone(model_cfg.backbone.to_dict()))
     else:
-        model_cfg = tiny_backbone(model_cfg)
+        model_cfg = ConfigDict(tiny_backbone(model_cfg.to_dict()))
     model = build_in_scope(cfg, model_cfg)
     assert sum(p.numel() for p in model.parameters()) > 0

@@ -54,6 +54,7 @@ def test_recipe_and_model(size, dpr, channels, count):
     assert sum(p.numel() for p in model.parameters()) == count
 
 
+@pytest.mark.slow
 def test_train_runs_the_tiny_config(tmp_path):
     """tools/train.py on a generated ImageNet-layout folder: MLLA-T as configured,
     images shrunk to 64 px, 4 classes, 2 epochs of 2 iterations, EMA kept."""

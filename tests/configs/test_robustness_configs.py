@@ -24,9 +24,7 @@ from mmpretrain.registry import DATASETS, MODELS
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.evaluation.robustness import BACKBONE_NAMES, ROBUSTNESS_SETS
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
-                            'datasets'))
-from _robustness_data import (ROBUSTNESS_CONFIGS, ROOT,  # noqa: E402
+from tests.helpers.robustness_data import (ROBUSTNESS_CONFIGS, ROOT,
                               constant_logit_checkpoint, expected_row,
                               make_robustness_sets, write_tiny_configs)
 
@@ -140,6 +138,7 @@ def test_model_builds(model):
     assert classifier.head.fc.in_features == dims * len(cfg.model.backbone.out_indices)
 
 
+@pytest.mark.slow
 def test_tiny_model_through_tools_test(sets, tmp_path):
     config = write_tiny_configs(str(tmp_path / 'configs'), {'in-a': sets['roots']['in-a']},
                                 sets['real_file'])['in-a']

@@ -7,8 +7,7 @@ from mmpretrain.registry import DATASETS, TRANSFORMS
 from PIL import Image
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.datasets import (encode_rgb_label_map, make_toy_dataset,
-                                  render_toy_sample)
+from mmdinomamba.datasets import encode_rgb_label_map, render_toy_sample
 from mmdinomamba.datasets.imagenet_s import ImageNetS
 from mmdinomamba.datasets.transforms import LoadRGBLabelMap
 
@@ -22,9 +21,8 @@ PIPELINE = [
 
 
 @pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
-    return make_toy_dataset(str(tmp_path_factory.mktemp('toy') / 'data'),
-                            formats=['imagenet'], **TOY)
+def toy_root(toy_data):
+    return toy_data(formats=['imagenet'], **TOY)
 
 
 def toy_dataset(root, **kwargs):

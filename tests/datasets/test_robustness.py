@@ -2,7 +2,6 @@
 import os
 import os.path as osp
 import re
-import sys
 
 import pytest
 from mmpretrain.datasets.categories import IMAGENET_CATEGORIES
@@ -12,8 +11,7 @@ import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets.imagenet_wnids import IMAGENET_WNIDS, imagenet_class_index
 from mmdinomamba.datasets.robustness import ImageNetA, ImageNetR, ImageNetSketch
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _robustness_data import README, make_wnid_folders  # noqa: E402
+from tests.helpers.robustness_data import README, make_wnid_folders
 
 
 def test_wnid_table_is_the_sorted_imagenet_class_list():

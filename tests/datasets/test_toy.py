@@ -2,7 +2,6 @@
 import json
 import os
 import os.path as osp
-import sys
 
 import numpy as np
 import pytest
@@ -21,8 +20,8 @@ SATURATION_SPLIT = 0.45
 
 
 @pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
-    return make_toy_dataset(str(tmp_path_factory.mktemp('toy') / 'data'), **ARGS)
+def toy_root(toy_data):
+    return toy_data(**ARGS)
 
 
 def read(path, dtype=np.int64):
@@ -245,12 +244,8 @@ def test_bad_arguments(tmp_path, bad, message):
     assert os.listdir(tmp_path) == []
 
 
-def test_cli(tmp_path, capsys):
-    sys.path.insert(0, osp.join(osp.dirname(__file__), '..', '..', 'tools'))
-    try:
-        import make_toy_data
-    finally:
-        sys.path.pop(0)
+def test_cli(tmp_path, capsys, load_tool):
+    make_toy_data = load_tool('tools/make_toy_data.py')
     root = str(tmp_path / 'cli')
     make_toy_data.main([root, '--num-classes', '2', '--train-per-class', '1',
                         '--val-per-class', '1', '--size', '32', '--formats', 'ade'])

@@ -27,12 +27,10 @@ import mmdinomamba  # noqa: F401  (registers the allow-list)
 from mmdinomamba.utils import (InertRecord, UnsafeCheckpointError, checkpoint_safe_globals,
                                load_checkpoint_file, load_official_checkpoint)
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import _attack_files as attack  # noqa: E402
-from _dino_toy import ROOT, tiny_dino_config, train  # noqa: E402
+from tests.factories import dinovim
+from tests.helpers import checkpoint_files as attack
+from tests.helpers.toy_training import ENV, ROOT, tiny_dino_config, train
 
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 PROBE = osp.join(ROOT, 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py')
 ATTACKS = ('gadget', 'classic')
 
@@ -100,6 +98,7 @@ copy.deepcopy(checkpoint['message_hub']['runtime_info'])
 """
 
 
+@pytest.mark.slow
 def test_control_the_gadget_runs_under_an_allow_list_with_plain_getattr(attack_files):
     """The previous allow-list: the file loads, and resume's deep copy runs eval."""
     path, marker = attack_files['gadget']
@@ -117,6 +116,7 @@ def run_tool(*args, cwd=ROOT):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('entry', ['resume', 'load_from', 'init_cfg', 'test'])
 @pytest.mark.parametrize('name', ATTACKS)
 def test_tools_refuse_attack_files(entry, name, trained, probe_config, attack_files,
@@ -211,6 +211,7 @@ print(sorted(scalars)[0], next(iter(scalars.values())).mean())
 """
 
 
+@pytest.mark.slow
 def test_upstream_loaders_read_train_checkpoints_after_import(trained):
     """In a fresh process, ``import mmdinomamba`` is all that torch.load,
     mmengine's loader and mmpretrain.get_model(pretrained=) need for a
@@ -282,12 +283,9 @@ def test_empty_and_truncated_files_are_named(tmp_path):
 def test_empty_checkpoint_through_init_cfg_and_mmengine_is_named(tmp_path):
     """The bare EOFError of a 0-byte file, in init_cfg and mmengine's loader."""
     from mmengine.runner import load_checkpoint
-
-    from mmdinomamba.models import DinoVim
     empty = tmp_path / 'empty.pth'
     empty.write_bytes(b'')
-    model = DinoVim(arch=dict(embed_dims=16, num_layers=1), img_size=32,
-                    mixer_cfg=dict(d_state=4, headdim=8),
+    model = dinovim(16, 1, img_size=32, mixer_cfg=dict(d_state=4, headdim=8),
                     init_cfg=dict(type='Pretrained', checkpoint=str(empty)))
     with pytest.raises(ValueError, match=f'checkpoint {empty} is empty'):
         model.init_weights()
@@ -324,38 +322,13 @@ def test_official_dino_args_become_a_plain_dict(tmp_path):
         load_checkpoint_file(path)
 
 
-class CfgNode(dict):
-    """The shape of yacs' ``CfgNode`` (a dict with bookkeeping attributes); its
-    construction hooks write a marker, so a test sees whether they ran."""
-    marker = None
-
-    def __init__(self, init=None):
-        super().__init__(init or {})
-        self.__dict__.update({'__immutable__': False, '__deprecated_keys__': set(),
-                              '__renamed_keys__': {}, '__new_allowed__': False})
-
-    def __setstate__(self, state):
-        open(self.marker, 'w').write('ran')
-
-    def __setitem__(self, key, value):
-        if self.marker:
-            open(self.marker, 'w').write('ran')
-        super().__setitem__(key, value)
-
-
 def test_official_yacs_config_becomes_an_ordered_dict(tmp_path, monkeypatch):
-    module = types.ModuleType('yacs.config')
-    module.CfgNode = CfgNode
-    CfgNode.__module__, CfgNode.__qualname__ = 'yacs.config', 'CfgNode'
-    monkeypatch.setitem(sys.modules, 'yacs', types.ModuleType('yacs'))
-    monkeypatch.setitem(sys.modules, 'yacs.config', module)
-    config = CfgNode({'MODEL': CfgNode({'TYPE': 'mlla', 'DROP_PATH_RATE': 0.2}),
-                      'TRAIN': CfgNode({'EPOCHS': 300})})
     path = str(tmp_path / 'mlla.pth')
-    torch.save({'model': {'w': torch.ones(2)}, 'config': config, 'epoch': 299,
-                'max_accuracy': 83.4}, path)
-    monkeypatch.setattr(CfgNode, 'marker', str(tmp_path / 'ran'))
-    monkeypatch.delitem(sys.modules, 'yacs.config')  # nothing may import it
+    attack.save_with_cfg_node(path, lambda CfgNode: {
+        'model': {'w': torch.ones(2)}, 'epoch': 299, 'max_accuracy': 83.4,
+        'config': CfgNode({'MODEL': CfgNode({'TYPE': 'mlla', 'DROP_PATH_RATE': 0.2}),
+                           'TRAIN': CfgNode({'EPOCHS': 300})})},
+        str(tmp_path / 'ran'), monkeypatch)
     loaded = load_official_checkpoint(path)
     assert type(loaded['config']) is OrderedDict
     assert type(loaded['config']['MODEL']) is OrderedDict
@@ -393,11 +366,8 @@ def test_official_reader_lists_every_foreign_global(tmp_path):
 
 def test_converter_reads_an_official_dino_checkpoint_with_its_args(tmp_path, load_tool,
                                                                     capsys):
-    from mmdinomamba.models import DinoVim
     tool = load_tool('tools/model_converters/dinomamba2mmdinomamba.py')
-    torch.manual_seed(0)
-    backbone = DinoVim(arch=dict(embed_dims=16, num_layers=2), img_size=32,
-                       mixer_cfg=dict(d_state=4, headdim=8)).state_dict()
+    backbone = dinovim(16, 2, img_size=32, mixer_cfg=dict(d_state=4, headdim=8)).state_dict()
     state = {f'module.backbone.{k}': v for k, v in backbone.items()}
     src, dst = str(tmp_path / 'official.pth'), str(tmp_path / 'out.pth')
     torch.save({'teacher': state, 'student': state, 'epoch': 3,

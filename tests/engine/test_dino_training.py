@@ -13,9 +13,8 @@ from mmpretrain.registry import MODELS
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.utils import allow_mmengine_checkpoint_types
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, StopAfter, tiny_dino_config  # noqa: E402
-from _dino_toy import train as run  # noqa: E402
+from tests.helpers.toy_training import ROOT, StopAfter, tiny_dino_config
+from tests.helpers.toy_training import train as run
 
 
 class RecordLastLayer(Hook):
@@ -56,6 +55,7 @@ def dino_runs(toy_root, tmp_path_factory):
                 snapshots=record.snapshots, toy_root=toy_root)
 
 
+@pytest.mark.slow
 def test_resume_matches_uninterrupted_run(dino_runs):
     tmp = dino_runs['tmp']
     assert dino_runs['full_iter'] == dino_runs['resumed_iter'] == 8
@@ -77,6 +77,7 @@ def test_resume_matches_uninterrupted_run(dino_runs):
                       for g in got['optimizer']['param_groups']]
 
 
+@pytest.mark.slow
 def test_compile_hook_compiles_both_backbones_and_trains_the_same(dino_runs):
     """CompileModulesHook as a config selects it: both backbones compiled in place,
     checkpoints with the eager run's keys and, with Dynamo's graphs run by the
@@ -113,6 +114,7 @@ def test_compile_hook_names_a_missing_module():
         CompileModulesHook(modules=[])
 
 
+@pytest.mark.slow
 def test_last_layer_frozen_during_first_epoch(dino_runs):
     before, after_epoch1 = dino_runs['snapshots'][:2]
     for key in before:
@@ -124,6 +126,7 @@ def test_last_layer_frozen_during_first_epoch(dino_runs):
     assert not torch.equal(final['head.' + key], before[key])
 
 
+@pytest.mark.slow
 def test_linear_probe_and_extractor_load_the_teacher(dino_runs, tmp_path, load_tool):
     ckpt = str(dino_runs['tmp'] / 'full' / 'epoch_2.pth')
     teacher = {k[len('teacher.backbone.'):]: v for k, v in load(ckpt)['state_dict'].items()
@@ -151,12 +154,13 @@ def test_linear_probe_and_extractor_load_the_teacher(dino_runs, tmp_path, load_t
         assert all(torch.equal(loaded[k], v) for k, v in teacher.items())
 
 
+@pytest.mark.slow
 def test_two_process_ddp_gloo_keeps_one_centre(toy_root, tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
                OMP_NUM_THREADS='1')
-    worker = osp.join(osp.dirname(osp.abspath(__file__)), '_dino_ddp_worker.py')
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
-           '--master_port=29531', worker, toy_root, str(tmp_path)]
+           '--master_port=29531', '-m', 'tests.helpers.dino_ddp_worker', toy_root,
+           str(tmp_path)]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -8,13 +8,11 @@ import pytest
 import torch
 
 import mmdinomamba.engine.graphed_blocks as gb
-from mmdinomamba.models.backbones import DinoVim
+from tests.factories import dinovim
 
 
 def tiny(drop_path_rate=0.2, layers=3):
-    torch.manual_seed(0)
-    return DinoVim(arch=dict(embed_dims=64, num_layers=layers), img_size=32,
-                   patch_size=8, drop_path_rate=drop_path_rate,
+    return dinovim(64, layers, img_size=32, patch_size=8, drop_path_rate=drop_path_rate,
                    mixer_cfg=dict(d_state=16, headdim=32))
 
 
@@ -122,10 +120,6 @@ def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
     assert 'no module of the model (Linear)' in logs[1] and 'eagerly' in logs[1]
 
 
-def _cuda_triton():
-    from mmdinomamba.ops import triton_available
-    return torch.cuda.is_available() and triton_available()
-
 
 def _train_steps(model, inputs, steps, seed, set_to_none=True):
     """Loss and gradients of ``steps`` steps (one step: every input shape, fp16
@@ -143,7 +137,7 @@ def _train_steps(model, inputs, steps, seed, set_to_none=True):
     return results
 
 
-@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.gpu
 @pytest.mark.parametrize('frozen_embedding', [False, True])
 def test_graphed_training_steps_equal_eager_steps_with_drop_path(frozen_embedding):
     """Three steps over two shapes (capture, then replays): the same losses and
@@ -173,7 +167,7 @@ def test_graphed_training_steps_equal_eager_steps_with_drop_path(frozen_embeddin
     assert not torch.equal(want[0][0], want[1][0])
 
 
-@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.gpu
 def test_graphed_no_grad_forward_equals_eager_and_follows_in_place_updates():
     """The teacher's pass: no grad, eval mode; parameters updated in place between
     calls (the EMA) are read by the replay."""
@@ -191,7 +185,7 @@ def test_graphed_no_grad_forward_equals_eager_and_follows_in_place_updates():
     assert len(graphed.stack_runner.graphs._graphs) == 1
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+@pytest.mark.gpu
 def test_the_warm_up_hands_its_side_stream_memory_back():
     """What the warm-up frees on its side stream would stay cached for that stream
     alone (reserved, unusable by the training stream) unless handed back: a warm-up
@@ -208,7 +202,7 @@ def test_the_warm_up_hands_its_side_stream_memory_back():
     assert torch.cuda.memory_reserved() - before < 32 * 2**20
 
 
-@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.gpu
 @pytest.mark.parametrize('set_to_none', [True, False])
 def test_one_signature_gradients_are_not_the_graphs_buffers(set_to_none):
     """The backward hands autograd the backward graph's own gradient buffers; a

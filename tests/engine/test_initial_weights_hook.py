@@ -1,7 +1,6 @@
 """InitialWeightsHook: the file holds the weights of the first training step."""
 import copy
 import os.path as osp
-import sys
 import types
 
 import pytest
@@ -10,11 +9,9 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.engine.hooks import InitialWeightsHook
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import tiny_dino_config  # noqa: E402
+from tests.helpers.toy_training import tiny_dino_config
 
 
 class FirstStepWeights(Hook):
@@ -26,10 +23,10 @@ class FirstStepWeights(Hook):
             self.state = copy.deepcopy(runner.model.state_dict())
 
 
-def test_init_file_is_the_first_steps_weights(tmp_path):
-    root = str(tmp_path / 'toy')
-    make_toy_dataset(root, num_classes=2, train_per_class=4, val_per_class=1, size=32,
-                     formats=['imagenet'])
+@pytest.mark.slow
+def test_init_file_is_the_first_steps_weights(tmp_path, toy_data):
+    root = toy_data(num_classes=2, train_per_class=4, val_per_class=1, size=32,
+                    formats=['imagenet'])
     work = str(tmp_path / 'work')
     cfg = tiny_dino_config(root, work, max_epochs=1, num_workers=0)
     cfg.custom_hooks = list(cfg.custom_hooks) + [dict(type='InitialWeightsHook')]

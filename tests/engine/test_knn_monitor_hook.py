@@ -2,7 +2,6 @@
 import json
 import glob
 import os.path as osp
-import sys
 import types
 
 import numpy as np
@@ -15,21 +14,17 @@ from mmpretrain.registry import HOOKS, MODELS
 from PIL import Image
 
 import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.engine.hooks import KNNMonitorHook
 from mmdinomamba.evaluation import knn_accuracy
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import tiny_dino_config  # noqa: E402
+from tests.helpers.toy_training import tiny_dino_config
 
 
 @pytest.fixture(scope='module')
-def toy_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('knn') / 'toy')
+def toy_root(toy_data):
     # the simple style: the class is the object's hue, so mean colours classify
-    make_toy_dataset(root, num_classes=3, train_per_class=8, val_per_class=4, size=32,
-                     formats=['imagenet'])
-    return root
+    return toy_data(num_classes=3, train_per_class=8, val_per_class=4, size=32,
+                    formats=['imagenet'])
 
 
 def loader_cfg(root, split):
@@ -123,6 +118,7 @@ def test_bad_arguments_raise(kwargs, match):
         KNNMonitorHook(dict(), dict(), **kwargs)
 
 
+@pytest.mark.slow
 def test_a_dino_run_logs_the_random_init_and_every_epoch(toy_root, tmp_path):
     cfg = tiny_dino_config(toy_root, str(tmp_path), max_epochs=2, num_workers=0)
     cfg.experiment_name = 'knn-monitor'

@@ -12,8 +12,8 @@ import pytest
 import torch.nn as nn
 
 from mmdinomamba.engine import LayerDecayOptimWrapperConstructor
-from mmdinomamba.models import DinoVim, LinearViT
 from mmdinomamba.ops import RMSNorm
+from tests.factories import dinovim, linear_vit, mmpretrain_vit
 
 BASE_LR = 1e-3
 BASE_WD = 0.05
@@ -34,18 +34,16 @@ class Segmentor(nn.Module):
 
 
 def tiny_dinovim(num_registers=0, frozen_stages=-1):
-    return DinoVim(arch=dict(embed_dims=32, num_layers=3), num_registers=num_registers,
+    return dinovim(32, 3, seed=None, num_registers=num_registers,
                    mixer_cfg=dict(d_state=16, headdim=16), frozen_stages=frozen_stages)
 
 
 def tiny_linear_vit():
-    return LinearViT(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2))
+    return linear_vit(seed=None)
 
 
 def tiny_mmpretrain_vit():
-    from mmpretrain.models import VisionTransformer
-    return VisionTransformer(arch=dict(embed_dims=32, num_layers=2, num_heads=2,
-                                       feedforward_channels=64), img_size=64)
+    return mmpretrain_vit(seed=None, img_size=64)
 
 
 def reference_layer(name: str, depth: int) -> int:
@@ -168,8 +166,7 @@ def test_rate_is_normalised_by_depth(depth):
     rate ** (R / n) per layer: closed form per parameter, and the lr ratio from
     the last block to the embeddings is rate ** R at every depth."""
     reference = 4
-    backbone = DinoVim(arch=dict(embed_dims=32, num_layers=depth),
-                       mixer_cfg=dict(d_state=16, headdim=16))
+    backbone = dinovim(32, depth, seed=None, mixer_cfg=dict(d_state=16, headdim=16))
     groups = build_groups(Segmentor(backbone, 32),
                           dict(layer_decay_rate=RATE, reference_num_layers=reference))
     per_layer = RATE ** (reference / depth)

@@ -7,16 +7,13 @@ finiteness checks off as on CUDA: without the hook, epoch_2.pth would hold NaN
 weights and epoch_1.pth would be deleted.
 """
 import glob
-import os
 import os.path as osp
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
-from mmengine.config import Config, ConfigDict
+from mmengine.config import ConfigDict
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.optim import OptimWrapper
 
@@ -24,12 +21,9 @@ import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import NonFiniteStopHook, non_finite
 from mmdinomamba.utils import load_checkpoint_file
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
+from tests.helpers.configs import leaf_configs, load
+from tests.helpers.toy_training import tiny_dino_config, train_process
 
-HERE = osp.dirname(osp.abspath(__file__))
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 NAN_ITER = 8  # the last of epoch 2 (4 iterations an epoch)
 
 
@@ -141,25 +135,27 @@ def write_config(toy_root, work_dir, backbone, stop_hook=True):
     return path
 
 
-def train_process(*args, fault=None):
-    prefix = [osp.join(HERE, '_faulty_train.py'), *fault, '--'] if fault else \
-        [osp.join(ROOT, 'tools/train.py')]
-    return subprocess.run([sys.executable, *prefix, *args], env=ENV, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
 
 def all_finite(path):
     state = load_checkpoint_file(str(path), map_location='cpu')['state_dict']
     return non_finite(state.items()) == []
 
 
-@pytest.mark.parametrize('backbone', ['dinovim', 'vit'])
-def test_nan_run_stops_keeping_the_last_good_checkpoint(toy_root, tmp_path, backbone):
-    config = write_config(toy_root, tmp_path, backbone)
+def failed_nan_run(toy_root, tmp_path, backbone, **config_kwargs):
+    """``tools/train.py`` on ``write_config``'s config with a NaN at ``NAN_ITER``:
+    the config and the run's output, once it has exited non-zero."""
+    config = write_config(toy_root, tmp_path, backbone, **config_kwargs)
     proc = train_process(config, '--work-dir', str(tmp_path),
                          fault=('nan-at-iter', str(NAN_ITER)))
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output[-3000:]
+    return config, output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('backbone', ['dinovim', 'vit'])
+def test_nan_run_stops_keeping_the_last_good_checkpoint(toy_root, tmp_path, backbone):
+    config, output = failed_nan_run(toy_root, tmp_path, backbone)
     assert (f'NonFiniteStopHook: training stopped at iteration {NAN_ITER} (epoch 2, '
             'batch 4 of 4): non-finite loss loss=nan') in output, output[-3000:]
     assert 'first non-finite gradient: backbone.' in output
@@ -177,14 +173,11 @@ def test_nan_run_stops_keeping_the_last_good_checkpoint(toy_root, tmp_path, back
     assert not osp.exists(good)  # max_keep_ckpts=1 again, now that epoch 3 is good
 
 
+@pytest.mark.slow
 def test_without_the_hook_the_checkpoint_hook_refuses_nan_weights(toy_root, tmp_path):
     """The second line: ResumableCheckpointHook writes no non-finite weights and
     deletes nothing."""
-    config = write_config(toy_root, tmp_path, 'dinovim', stop_hook=False)
-    proc = train_process(config, '--work-dir', str(tmp_path),
-                         fault=('nan-at-iter', str(NAN_ITER)))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, output[-3000:]
+    _, output = failed_nan_run(toy_root, tmp_path, 'dinovim', stop_hook=False)
     assert (f'ResumableCheckpointHook: not writing {tmp_path / "epoch_2.pth"}: the '
             'model holds NaN or infinite values') in output, output[-3000:]
     assert f'The last good checkpoint, {tmp_path / "epoch_1.pth"}, is kept' in output
@@ -195,12 +188,9 @@ def test_without_the_hook_the_checkpoint_hook_refuses_nan_weights(toy_root, tmp_
 def test_every_training_config_stops_on_non_finite_values():
     """Every shipped config that trains selects the hook (DINO with every
     backbone, probes, dense)."""
-    paths = glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
     checked = 0
-    for path in sorted(paths):
-        if '_base_' in path.split(os.sep):
-            continue
-        cfg = Config.fromfile(path)
+    for path in leaf_configs():
+        cfg = load(path)
         if not (cfg.get('train_cfg') and cfg.get('train_dataloader')):
             continue
         hooks = [h.get('type') for h in (cfg.get('default_hooks') or {}).values() if h]

@@ -19,12 +19,10 @@ from mmdinomamba.engine import (epoch_worker_init_fn, find_resume_checkpoint,
                                 get_rng_state, set_rng_state)
 from mmdinomamba.utils import allow_mmengine_checkpoint_types
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, StopAfter, tiny_dino_config, train  # noqa: E402
+from tests.helpers.configs import CONFIGS, load as load_config
+from tests.helpers.toy_training import (ENV, ROOT, StopAfter, tiny_dino_config, train,
+                                        train_process as run_process)
 
-HERE = osp.dirname(osp.abspath(__file__))
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 
 
 def load(path):
@@ -111,6 +109,7 @@ def epoch_draws(init_fn):
     return next(iter(loader))
 
 
+@pytest.mark.slow
 def test_epoch_worker_init_fn_fresh_every_epoch_and_resumable():
     from functools import partial
 
@@ -127,6 +126,7 @@ def test_epoch_worker_init_fn_fresh_every_epoch_and_resumable():
 # -- in one process --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_with_augmentation_in_the_main_process(toy_root, tmp_path):
     """num_workers=0: crops, flips and drop path all draw from the main process."""
     allow_mmengine_checkpoint_types()
@@ -149,11 +149,12 @@ def test_resume_with_augmentation_in_the_main_process(toy_root, tmp_path):
     assert any_differs(tmp_path / 'full/epoch_2.pth', tmp_path / 'unseeded/epoch_2.pth')
 
 
+@pytest.mark.slow
 def test_two_process_ddp_resume_is_exact(toy_root, tmp_path):
-    worker = osp.join(HERE, '_dino_ddp_resume_worker.py')
     for run in ('full', 'half', 'resumed'):  # each its own pair of processes
         cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2',
-               '--master_port=29533', worker, toy_root, str(tmp_path), run]
+               '--master_port=29533', '-m', 'tests.helpers.dino_ddp_resume_worker',
+               toy_root, str(tmp_path), run]
         proc = subprocess.run(cmd, env=ENV, cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
         assert proc.returncode == 0, (run, proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -180,11 +181,7 @@ def write_config(toy_root, path, max_keep_ckpts):
 
 
 def train_process(config, work_dir, *args, fault=None):
-    prefix = [osp.join(HERE, '_faulty_train.py'), *fault, '--'] if fault else \
-        [osp.join(ROOT, 'tools/train.py')]
-    cmd = [sys.executable, *prefix, config, '--work-dir', str(work_dir), *args]
-    return subprocess.run(cmd, env=ENV, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return run_process(config, '--work-dir', str(work_dir), *args, fault=fault)
 
 
 @pytest.fixture(scope='module')
@@ -206,6 +203,7 @@ def pointer(work_dir):
     (('raise-in-write', '2'), 2, 1),     # epoch_2.pth's write fails half-way
     (('kill-in-write', '2'), 1, -9),     # killed writing epoch_2.pth, keeping one
 ])
+@pytest.mark.slow
 def test_killed_training_resumes_to_the_uninterrupted_result(
         toy_root, tmp_path, uninterrupted, fault, max_keep_ckpts, returncode):
     config = write_config(toy_root, tmp_path / 'cfg.py', max_keep_ckpts)
@@ -280,8 +278,7 @@ TRAIN_CONFIGS = [
 
 @pytest.mark.parametrize('name', TRAIN_CONFIGS)
 def test_every_training_config_saves_through_the_resumable_hook(name):
-    from mmengine.config import Config
-    cfg = Config.fromfile(osp.join(ROOT, 'configs', name))
+    cfg = load_config(osp.join(CONFIGS, name))
     checkpoint = cfg.default_hooks.checkpoint
     assert checkpoint.type == 'ResumableCheckpointHook'
     assert checkpoint.get('interval', -1) > 0  # the upstream schedule's interval kept

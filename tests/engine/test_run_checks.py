@@ -18,11 +18,9 @@ import mmdinomamba.engine.run_checks as run_checks
 from mmdinomamba.engine import build_checked_loop, check_config_keys
 from mmdinomamba.engine.distributed import require_batch_statistics
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
+from tests.helpers.configs import leaf_configs, load
+from tests.helpers.toy_training import ENV, ROOT, tiny_dino_config
 
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 PROBE = osp.join(ROOT, 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py')
 
 
@@ -49,10 +47,9 @@ def test_a_top_level_typo_is_named_with_the_closest_key(monkeypatch):
 
 
 def test_no_shipped_config_has_a_suspicious_key():
-    paths = [p for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
-             if '_base_' not in p.split(os.sep)]
+    paths = leaf_configs()
     assert len(paths) > 70
-    flagged = {p: check_config_keys(Config.fromfile(p)) for p in paths}
+    flagged = {p: check_config_keys(load(p)) for p in paths}
     assert {p: m for p, m in flagged.items() if m} == {}
 
 
@@ -149,7 +146,7 @@ def test_a_head_smaller_than_the_labels_is_refused(toy_root, tmp_path):
         build_checked_loop(runner_of(cfg, 'labels-beyond-head'), 'train')
 
 
-@pytest.mark.parametrize('workers', [0, 1])
+@pytest.mark.parametrize('workers', [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_an_empty_image_file_is_named(toy_root, tmp_path, workers):
     root = tmp_path / 'toy'
     shutil.copytree(toy_root, root)
@@ -217,6 +214,7 @@ save_atomic({'state_dict': {'w': torch.zeros(500000)}}, sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_a_write_that_runs_out_of_space_names_the_file(tmp_path):
     """A write limit stands in for a full disk (InitialWeightsHook's init.pth gave
     'unexpected pos 524288 vs 524176')."""

@@ -2,8 +2,6 @@
 its arguments checked when it is built."""
 import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 from mmengine.config import Config
@@ -11,12 +9,8 @@ from mmengine.config import Config
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.utils import load_checkpoint_file
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT  # noqa: E402
+from tests.helpers.toy_training import ROOT, train_process
 
-HERE = osp.dirname(osp.abspath(__file__))
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 PROBE = osp.join(ROOT, 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py')
 BEST = 'best_accuracy_top1_epoch_{}.pth'
 
@@ -40,12 +34,6 @@ def write_probe_config(toy_root, work_dir):
     return path
 
 
-def train_process(*args, fault=None):
-    prefix = [osp.join(HERE, '_faulty_train.py'), *fault, '--'] if fault else \
-        [osp.join(ROOT, 'tools/train.py')]
-    return subprocess.run([sys.executable, *prefix, *args], env=ENV, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
 
 def complete_best(work_dir, epoch):
     checkpoint = load_checkpoint_file(str(work_dir / BEST.format(epoch)))
@@ -53,6 +41,7 @@ def complete_best(work_dir, epoch):
     return checkpoint
 
 
+@pytest.mark.slow
 def test_killed_during_the_last_best_write_resumes_to_a_best_checkpoint(toy_root,
                                                                          tmp_path):
     config = write_probe_config(toy_root, tmp_path)
@@ -73,6 +62,7 @@ def test_killed_during_the_last_best_write_resumes_to_a_best_checkpoint(toy_root
     assert not [n for n in os.listdir(tmp_path) if n.startswith('.tmp-ckpt-')]
 
 
+@pytest.mark.slow
 def test_a_recorded_best_that_is_empty_is_replaced(toy_root, tmp_path):
     """The state mmengine's delete-then-write order leaves after a kill: the
     recorded best file has 0 bytes. The resumed run names it and writes a new one."""

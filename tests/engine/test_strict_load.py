@@ -6,7 +6,6 @@ an official-format file an entirely random model, a NaN checkpoint gave 0 %; all
 exited 0.
 """
 import argparse
-import os
 import os.path as osp
 import subprocess
 import sys
@@ -21,11 +20,8 @@ from mmengine.logging import MMLogger
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import StrictLoadHook
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, TOY_CONFIG  # noqa: E402
+from tests.helpers.toy_training import ENV, ROOT, TOY_CONFIG
 
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 PROBE = osp.join(ROOT, 'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py')
 CONVERTER = 'tools/model_converters/dinomamba2mmdinomamba.py'
 
@@ -134,6 +130,7 @@ def run_test(files, name, *args):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_test_tool_evaluates_a_probe_checkpoint(files):
     code, output = run_test(files, 'probe')
     assert code == 0, output[-3000:]
@@ -149,6 +146,7 @@ def test_test_tool_evaluates_a_probe_checkpoint(files):
                        f'python {CONVERTER}']),
     ('nan', ['tensors hold NaN or infinite values: head.fc.weight']),
 ])
+@pytest.mark.slow
 def test_test_tool_refuses_what_does_not_fit(files, name, messages):
     code, output = run_test(files, name)
     assert code != 0, output[-3000:]
@@ -158,6 +156,7 @@ def test_test_tool_refuses_what_does_not_fit(files, name, messages):
     assert 'accuracy/top1' not in output
 
 
+@pytest.mark.slow
 def test_no_strict_evaluates_a_partial_checkpoint_with_a_warning(files):
     code, output = run_test(files, 'dino', '--no-strict')
     assert code == 0, output[-3000:]

@@ -13,15 +13,13 @@ import pytest
 import mmdinomamba.engine.work_dir_lock as lock_module
 from mmdinomamba.engine import WorkDirLock, WorkDirLockedError
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import ROOT, tiny_dino_config  # noqa: E402
+from tests.helpers.toy_training import ENV, ROOT, tiny_dino_config
 
-ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
-           OMP_NUM_THREADS='1')
 TAKE = ('from mmdinomamba.engine import WorkDirLock; import sys; '
         'WorkDirLock(sys.argv[1]).acquire()')
 
 
+@pytest.mark.slow
 def test_a_held_lock_refuses_another_process_naming_the_holder(tmp_path):
     with WorkDirLock(str(tmp_path)) as lock:
         holder = json.loads(open(lock.path).read())
@@ -57,6 +55,7 @@ def test_a_second_lock_in_one_process_is_refused(tmp_path):
             WorkDirLock(str(tmp_path)).acquire()
 
 
+@pytest.mark.slow
 def test_train_tool_holds_the_lock_and_a_killed_run_leaves_it_stale(toy_root,
                                                                     tmp_path):
     work = tmp_path / 'work'
@@ -81,7 +80,8 @@ def test_train_tool_holds_the_lock_and_a_killed_run_leaves_it_stale(toy_root,
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    third = subprocess.run(train + ['--cfg-options', 'train_cfg.max_epochs=1'],
+    # two epochs: the config's one warm-up epoch and one of its cosine
+    third = subprocess.run(train + ['--cfg-options', 'train_cfg.max_epochs=2'],
                            env=ENV, cwd=ROOT, capture_output=True, text=True,
                            timeout=300)
     output = third.stdout + third.stderr

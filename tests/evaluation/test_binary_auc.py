@@ -340,6 +340,7 @@ def free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_distributed_matches_single_process(tmp_path):
     out_file = str(tmp_path / 'metrics.json')
     # fork, not spawn: spawned children re-import torch (~10 s on 2 CPU cores);

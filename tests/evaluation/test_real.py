@@ -2,7 +2,6 @@
 import json
 import os.path as osp
 import random
-import sys
 
 import pytest
 import torch
@@ -12,9 +11,7 @@ from mmpretrain.datasets import ImageNet
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.evaluation.real import ReaLAccuracy, load_real_labels, val_image_index
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
-                            'datasets'))
-from _robustness_data import make_real_json, make_val_set  # noqa: E402
+from tests.helpers.robustness_data import make_real_json, make_val_set
 
 NUM_IMAGES = 24
 

@@ -1,6 +1,4 @@
 """SubsetAccuracy (ImageNet-A / -R scoring) against a brute-force loop."""
-import os.path as osp
-import sys
 
 import pytest
 import torch
@@ -11,9 +9,7 @@ from mmdinomamba.datasets.imagenet_wnids import IMAGENET_WNIDS
 from mmdinomamba.datasets.robustness import ImageNetA, ImageNetR
 from mmdinomamba.evaluation.subset_accuracy import SubsetAccuracy, subset_predictions
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
-                            'datasets'))
-from _robustness_data import make_wnid_folders  # noqa: E402
+from tests.helpers.robustness_data import make_wnid_folders
 
 
 def brute_force_accuracy(scores, labels, subset):

@@ -6,6 +6,7 @@ import torch
 
 from mmdinomamba.models.backbones import DinoVim, LinearViT, PatchEmbed, resize_pos_embed
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
+from tests.factories import dinovim
 
 FIXTURES = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures')
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
@@ -18,10 +19,8 @@ def convert(load_tool):
 
 
 def tiny_vim(**kwargs):
-    cfg = dict(arch=dict(embed_dims=32, num_layers=2), mixer_cfg=TINY_MIXER,
-               img_size=64, drop_path_rate=0.0)
-    cfg.update(kwargs)
-    return DinoVim(**cfg)
+    return dinovim(seed=None, **dict(dict(mixer_cfg=TINY_MIXER, img_size=64,
+                                          drop_path_rate=0.0), **kwargs))
 
 
 # ----------------------------------------------------------------- fixtures

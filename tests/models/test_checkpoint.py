@@ -6,20 +6,19 @@ and for :func:`mmdinomamba.models.checkpoint.load_backbone_checkpoint`.
 import pytest
 import torch
 
-from mmdinomamba.models import DinoVim, LinearViT
+from mmdinomamba.models import LinearViT
 from mmdinomamba.models.backbones import resize_pos_embed
 from mmdinomamba.models.checkpoint import (BACKBONE_PREFIXES, key_report,
                                            load_backbone_checkpoint)
+from tests.factories import dinovim
 
 ARCH = dict(embed_dims=16, num_layers=2)
 MIXER = dict(d_state=4, headdim=8)
 
 
 def vim(seed=0, **kwargs):
-    torch.manual_seed(seed)
-    cfg = dict(arch=ARCH, img_size=32, mixer_cfg=MIXER, drop_path_rate=0.0)
-    cfg.update(kwargs)
-    return DinoVim(**cfg)
+    return dinovim(**ARCH, seed=seed, **dict(dict(img_size=32, mixer_cfg=MIXER,
+                                                  drop_path_rate=0.0), **kwargs))
 
 
 def saved(tmp_path, obj, name='ckpt.pth'):

@@ -6,16 +6,15 @@ import pytest
 import torch
 
 from mmdinomamba.engine.graphed_blocks import graph_blocks
-from mmdinomamba.models.backbones import DinoVim
+from tests.factories import dinovim
 
 
 def tiny(drop_path_rate=0.0):
-    torch.manual_seed(0)
-    return DinoVim(arch=dict(embed_dims=32, num_layers=3), img_size=32, patch_size=8,
-                   drop_path_rate=drop_path_rate,
+    return dinovim(32, 3, img_size=32, patch_size=8, drop_path_rate=drop_path_rate,
                    mixer_cfg=dict(d_state=8, headdim=16, chunk_size=16))
 
 
+@pytest.mark.slow
 def test_no_graph_break_and_one_graph_with_drop_path():
     torch._dynamo.reset()
     model = tiny(drop_path_rate=0.2).train()  # every block has its own rate
@@ -26,6 +25,7 @@ def test_no_graph_break_and_one_graph_with_drop_path():
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow
 def test_compiled_equals_eager():
     """aot_eager traces forward and backward as the compiler does (Inductor's code
     generation aside): the same outputs and parameter gradients in float64."""
@@ -42,10 +42,6 @@ def test_compiled_equals_eager():
         torch.testing.assert_close(gc, ge, rtol=1e-10, atol=1e-12)
 
 
-def _cuda_triton():
-    from mmdinomamba.ops import triton_available
-    return torch.cuda.is_available() and triton_available()
-
 
 @pytest.fixture
 def no_tf32():
@@ -57,7 +53,7 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-@pytest.mark.skipif(not _cuda_triton(), reason='needs CUDA and Triton')
+@pytest.mark.gpu
 @pytest.mark.parametrize('mode', ['default', 'reduce-overhead'])
 def test_compiled_cuda_runs_the_fused_mixer_as_custom_ops_and_matches_eager(mode,
                                                                            no_tf32):

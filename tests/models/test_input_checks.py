@@ -8,14 +8,14 @@ import torch
 
 from mmdinomamba.models.backbones import DinoVim, LinearViT
 from mmdinomamba.models.mixers import LinearAttention, SSDMixer
+from tests.factories import dinovim, linear_vit
 
 
 def small(cls):
     if cls is DinoVim:
-        return DinoVim(arch=dict(embed_dims=32, num_layers=2), img_size=32, patch_size=8,
+        return dinovim(img_size=32, patch_size=8,
                        mixer_cfg=dict(d_state=8, headdim=8, chunk_size=16)).eval()
-    return LinearViT(arch=dict(embed_dims=32, num_layers=2, num_heads=2, mlp_ratio=2),
-                     img_size=32, patch_size=8).eval()
+    return linear_vit(img_size=32, patch_size=8).eval()
 
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf'), -float('inf')])

@@ -18,10 +18,9 @@ import torch
 
 from mmdinomamba.models.backbones import DinoVim
 from mmdinomamba.models.mixers import SSDMixer
-from mmdinomamba.ops import add_rms_norm, rms_norm, ssd_chunked, triton_available
+from mmdinomamba.ops import add_rms_norm, rms_norm, ssd_chunked
 
-pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and triton_available()),
-                                reason='needs a CUDA device and Triton')
+pytestmark = pytest.mark.gpu
 
 FP32_TOL = 1e-4
 BF16_TOL = 2e-2

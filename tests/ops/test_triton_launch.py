@@ -76,7 +76,7 @@ def test_launcher_key_is_finer_than_the_per_argument_definition():
     assert launcher.key(1, calls[0], dict(num_warps=4)) != keys[0]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+@pytest.mark.gpu
 def test_fast_launch_equals_tritons_path(monkeypatch):
     from mmdinomamba.ops.triton.launch import _LAUNCHERS, reread_environment
     from mmdinomamba.ops.triton.norm import add_rms_norm_triton

@@ -9,7 +9,6 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.models import DinoVim
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
@@ -22,10 +21,10 @@ def tool(load_tool):
 
 
 @pytest.fixture(scope='module')
-def toy(tmp_path_factory):
+def toy(tmp_path_factory, toy_data):
     tmp = tmp_path_factory.mktemp('maps_tool')
-    root = make_toy_dataset(str(tmp / 'toy'), num_classes=3, train_per_class=1,
-                            val_per_class=1, size=48, formats=['imagenet'])
+    root = toy_data(num_classes=3, train_per_class=1, val_per_class=1, size=48,
+                    formats=['imagenet'])
     cfg = Config.fromfile(TOY_CONFIG)
     torch.manual_seed(0)
     backbone = DinoVim(**{k: v for k, v in cfg.model.backbone.items() if k != 'type'})

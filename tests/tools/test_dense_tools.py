@@ -26,8 +26,7 @@ import torch
 
 from mmdinomamba.datasets import make_toy_dataset, toy_class_names
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from _tiny_dense import two_stage_head_options, upernet_head_options  # noqa: E402
+from tests.helpers.dense_heads import two_stage_head_options, upernet_head_options
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 UPERNET = osp.join(ROOT, 'configs', 'upernet',
@@ -177,6 +176,7 @@ def user_session(monkeypatch, capsys, config: str, options: Dict[str, object],
         assert key in values and 0.0 <= values[key] <= 100.0, values
 
 
+@pytest.mark.slow
 def test_upernet_through_the_tools(data, tmp_path, monkeypatch, capsys):
     user_session(monkeypatch, capsys, UPERNET, seg_options(), data['ade'], str(tmp_path / 'upernet'),
                  first={'train_cfg.max_iters': 2, 'train_cfg.val_interval': 2},
@@ -184,6 +184,7 @@ def test_upernet_through_the_tools(data, tmp_path, monkeypatch, capsys):
                  last_ckpt='iter_3.pth', metrics=['mIoU'])
 
 
+@pytest.mark.slow
 def test_cascade_through_the_tools(data, tmp_path, monkeypatch, capsys):
     user_session(monkeypatch, capsys, CASCADE, det_options(), data['coco'], str(tmp_path / 'cascade'),
                  first={'train_cfg.max_epochs': 1}, resumed={'train_cfg.max_epochs': 2},
@@ -210,6 +211,7 @@ def upstream_data(data_root: str, loaders_: Dict[str, str]) -> Dict[str, object]
     return out
 
 
+@pytest.mark.slow
 def test_segformer_example_trains(data, tmp_path, monkeypatch):
     """mmseg's SegFormer-B0 recipe with DinoVim-T (docs/examples/)."""
     options = {**tiny_backbone(),
@@ -236,6 +238,7 @@ def test_segformer_example_trains(data, tmp_path, monkeypatch):
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
 
 
+@pytest.mark.slow
 def test_mask_rcnn_example_trains(data, tmp_path, monkeypatch):
     """mmdet's Mask R-CNN R-50 1x recipe with DinoVim-T (docs/examples/)."""
     coco = data['coco']
@@ -354,6 +357,7 @@ def test_img_size_smaller_than_a_patch():
     ('dist_train.sh', ['cfg.py', '2', '--resume']),
     ('dist_test.sh', ['cfg.py', 'ckpt.pth', '2']),
 ])
+@pytest.mark.slow
 def test_scripts_use_the_venv_interpreter(tmp_path, script, args):
     """From a fresh clone after ``make install``: .venv/bin/python, not PATH's."""
     repo = tmp_path / 'clone'

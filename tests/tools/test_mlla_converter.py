@@ -8,6 +8,8 @@ import torch
 
 from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import official_layout, read_arch
+from tests.helpers import checkpoint_files
+from tests.helpers.converter_cli import assert_refused
 
 FIXTURE = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures',
                    'official_mlla_small.pt')
@@ -156,13 +158,7 @@ def test_wrong_checkpoints_fail_naming_the_problem(official, tool, tmp_path, cap
     build, messages = WRONG[case]
     src, dst = str(tmp_path / 'src.pth'), str(tmp_path / 'dst.pth')
     torch.save(build(official), src)
-    with pytest.raises(SystemExit) as exit_info:
-        tool.main([src, dst])
-    assert exit_info.value.code != 0
-    err = capsys.readouterr().err
-    for message in messages:
-        assert message in err, (message, err)
-    assert not osp.exists(dst)
+    assert_refused(tool, src, dst, capsys, messages)
 
 
 def test_missing_file_is_named(tool, tmp_path, capsys):
@@ -205,3 +201,41 @@ def test_init_cfg_fails_on_a_foreign_file(tmp_path):
     model = MLLA(arch=SMALL, init_cfg=dict(type='Pretrained', checkpoint=src))
     with pytest.raises(ValueError, match='no MLLA tensors'):
         model.init_weights()
+
+
+def test_an_official_release_with_its_yacs_config_loads(official, tool, tmp_path,
+                                                        monkeypatch, capsys):
+    """A release as the official training writes it: the weights next to the yacs
+    ``CfgNode`` of its config. The converter and the backbone's init_cfg both read
+    it (the config as plain data, no yacs code run) and give the same tensors."""
+    src, dst = str(tmp_path / 'mlla_release.pth'), str(tmp_path / 'dst.pth')
+    marker = str(tmp_path / 'ran')
+    checkpoint_files.save_with_cfg_node(src, lambda CfgNode: dict(
+        model=official['state_dict'], epoch=299, max_accuracy=83.4,
+        config=CfgNode({'MODEL': CfgNode({'TYPE': 'mlla', 'DROP_PATH_RATE': 0.2})})),
+        marker, monkeypatch)
+    tool.main([src, dst])
+    assert "converted 'model'" in capsys.readouterr().out
+    converted = torch.load(dst, weights_only=True)['state_dict']
+    model = classifier(init_cfg=dict(type='Pretrained', checkpoint=src))
+    model.init_weights()
+    for key, value in model.backbone.state_dict().items():
+        if f'backbone.{key}' in converted:
+            assert torch.equal(value, converted[f'backbone.{key}']), key
+    assert torch.equal(model.backbone.norm3.weight, official['state_dict']['norm.weight'])
+    assert not osp.exists(marker)
+
+
+def test_a_file_that_runs_code_is_refused(official, tool, tmp_path, capsys):
+    """An official-looking file with a ``__reduce__`` payload: refused by the
+    converter and by init_cfg, naming the file and the global, and nothing runs."""
+    from mmdinomamba.utils import UnsafeCheckpointError
+    src, dst = str(tmp_path / 'evil.pth'), str(tmp_path / 'dst.pth')
+    marker = str(tmp_path / 'ran')
+    torch.save(dict(model=official['state_dict'], config=checkpoint_files.classic(marker)),
+               src)
+    assert_refused(tool, src, dst, capsys, [f'refusing to load {src}', 'posix.system'])
+    model = MLLA(arch=SMALL, init_cfg=dict(type='Pretrained', checkpoint=src))
+    with pytest.raises(UnsafeCheckpointError, match='posix.system'):
+        model.init_weights()
+    assert not osp.exists(marker) and not osp.exists(dst)

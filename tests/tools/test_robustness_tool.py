@@ -1,14 +1,10 @@
 """tools/analysis/robustness.py: all four sets of a tiny probe, the table and the JSON."""
 import json
-import os.path as osp
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
-                            'datasets'))
-from _robustness_data import (constant_logit_checkpoint, expected_row,  # noqa: E402
+from tests.helpers.robustness_data import (constant_logit_checkpoint, expected_row,
                               make_robustness_sets, write_tiny_configs)
 
 

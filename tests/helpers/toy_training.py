@@ -1,13 +1,22 @@
-"""Shared by the DINO training tests: a tiny version of the toy DINO config and a
-hook that stops a run early (their toy data: ``toy_root`` in conftest.py)."""
+"""Shared by the DINO training tests: a tiny version of the toy DINO config, a
+hook that stops a run early, and ``tools/train.py`` as a process, sound or dying
+on purpose (their toy data: ``toy_root`` in tests/conftest.py)."""
+import os
 import os.path as osp
+import subprocess
+import sys
 
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
+from mmdinomamba.engine import set_run_length
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOY_CONFIG = osp.join(ROOT, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py')
+# a training process: the checkout's package, one thread
+ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
+           OMP_NUM_THREADS='1')
 
 
 def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
@@ -27,21 +36,14 @@ def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
     cfg.model.head.update(in_channels=32, out_channels=64, hidden_channels=64,
                           bottleneck_channels=16)
     cfg.model.loss.out_channels = 64
-    cfg.train_dataloader.dataset.pipeline[1].update(global_size=32, local_size=16,
-                                                    num_local_views=2)
+    crop, = [t for t in cfg.train_dataloader.dataset.pipeline
+             if t.type == 'DINOMultiCrop']
+    crop.update(global_size=32, local_size=16, num_local_views=2)
     cfg.train_dataloader.update(batch_size=4, num_workers=num_workers,
                                 persistent_workers=False)
     cfg.train_dataloader.dataset.data_root = data_root
-    cfg.train_cfg.max_epochs = max_epochs
-    schedulers = []
-    for sched in cfg.param_scheduler:
-        sched.end = min(sched.end, max_epochs)
-        if sched.end <= sched.begin:
-            continue  # e.g. the cosine after a one-epoch warm-up in a one-epoch run
-        if 'T_max' in sched:
-            sched.T_max = sched.end - sched.begin
-        schedulers.append(sched)
-    cfg.param_scheduler = schedulers
+    # one warm-up epoch, none in a one-epoch run
+    set_run_length(cfg, max_epochs, warmup_epochs=min(1, max_epochs - 1))
     # the paper's one frozen epoch for the prototypes (the toy config freezes
     # them for its whole run), so that a 2-epoch run has both phases
     freeze, = [h for h in cfg.custom_hooks if h.type == 'DINOFreezeLastLayerHook']
@@ -76,3 +78,13 @@ def train(cfg: Config, name: str, hooks=(), resume_from=None) -> Runner:
         runner.register_hook(hook)
     runner.train()
     return runner
+
+
+def train_process(*args, fault=None) -> subprocess.CompletedProcess:
+    """``tools/train.py ARGS`` in a process from the repository root; with
+    ``fault=(FAULT, N)``, run by :mod:`tests.helpers.faulty_train`, which makes
+    the process die at a chosen point."""
+    prefix = ['-m', 'tests.helpers.faulty_train', *fault, '--'] if fault else \
+        [osp.join(ROOT, 'tools/train.py')]
+    return subprocess.run([sys.executable, *prefix, *args], env=ENV, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)

@@ -1,7 +1,6 @@
 """Tiny generated copies of the robustness sets, in their published layouts.
 
-Shared by tests/datasets, tests/evaluation, tests/configs and tests/tools (each
-puts this folder on ``sys.path``).
+Shared by tests/datasets, tests/evaluation, tests/configs and tests/tools.
 """
 import json
 import os

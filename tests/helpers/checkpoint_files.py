@@ -10,10 +10,16 @@ Both write ``marker`` when their payload runs; nothing else.
   ``runtime_info`` value on resume) calls ``eval(code)``.
 - :func:`classic`: an object whose ``__reduce__`` is ``(os.system, (cmd,))``: an
   unrestricted unpickler runs the command while loading.
+
+And the shape of an official MLLA release without yacs installed:
+:func:`save_with_cfg_node` pickles a stand-in :class:`CfgNode` under yacs' name.
 """
 import copyreg
 import os
+import sys
+import types
 
+import torch
 from mmengine.logging import HistoryBuffer
 
 
@@ -69,3 +75,40 @@ def with_gadget(checkpoint: dict, marker: str) -> dict:
 def with_classic(checkpoint: dict, marker: str) -> dict:
     """``checkpoint`` with the classic ``__reduce__`` object in its meta."""
     return dict(checkpoint, meta=dict(checkpoint['meta'], evil=classic(marker)))
+
+
+class CfgNode(dict):
+    """The shape of yacs' ``CfgNode`` (a dict with bookkeeping attributes); its
+    construction hooks write ``marker``, so a test sees whether they ran."""
+    marker = None
+
+    def __init__(self, init=None):
+        super().__init__(init or {})
+        self.__dict__.update({'__immutable__': False, '__deprecated_keys__': set(),
+                              '__renamed_keys__': {}, '__new_allowed__': False})
+
+    def __setstate__(self, state):
+        open(self.marker, 'w').write('ran')
+
+    def __setitem__(self, key, value):
+        if self.marker:
+            open(self.marker, 'w').write('ran')
+        super().__setitem__(key, value)
+
+
+# pickled under yacs' name
+CfgNode.__module__, CfgNode.__qualname__ = 'yacs.config', 'CfgNode'
+
+
+def save_with_cfg_node(path: str, checkpoint, marker: str, monkeypatch) -> None:
+    """``torch.save(checkpoint(CfgNode), path)`` with :class:`CfgNode` pickled as
+    ``yacs.config.CfgNode`` (an official MLLA release holds its training config
+    so). Afterwards ``yacs.config`` cannot be imported, and building a CfgNode
+    writes ``marker``: a loader that ran the class would show."""
+    module = types.ModuleType('yacs.config')
+    module.CfgNode = CfgNode
+    monkeypatch.setitem(sys.modules, 'yacs', types.ModuleType('yacs'))
+    monkeypatch.setitem(sys.modules, 'yacs.config', module)
+    torch.save(checkpoint(CfgNode), path)
+    monkeypatch.setattr(CfgNode, 'marker', marker)
+    monkeypatch.delitem(sys.modules, 'yacs.config')  # nothing may import it

@@ -1,6 +1,7 @@
 """Run ``tools/train.py`` as a real training process that dies at a chosen point.
 
-Usage: python _faulty_train.py FAULT N -- TRAIN_ARGS...
+Usage (from the repository root): python -m tests.helpers.faulty_train FAULT N --
+TRAIN_ARGS...
 
 FAULT is one of
   kill-after-iter  SIGKILL itself after training iteration N (counted from 1 in

@@ -1,18 +1,18 @@
 """Run by torchrun in test_dino_training.py and test_multinode.py: train the tiny
 toy DINO, save each rank's centre and parameters (student, heads and teacher).
 
-Usage: torchrun --nproc_per_node=2 _dino_ddp_worker.py DATA_ROOT WORK_DIR
+Usage (from the repository root): torchrun --nproc_per_node=2 -m
+tests.helpers.dino_ddp_worker DATA_ROOT WORK_DIR
 """
 import os.path as osp
 import sys
 
 from mmengine.runner import Runner
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import tiny_dino_config  # noqa: E402
+from tests.helpers.toy_training import tiny_dino_config
 
-from mmdinomamba.engine import setup_cpu_distributed, teardown_distributed  # noqa: E402
-from mmdinomamba.utils import save_atomic  # noqa: E402
+from mmdinomamba.engine import setup_cpu_distributed, teardown_distributed
+from mmdinomamba.utils import save_atomic
 
 
 def main():

@@ -10,17 +10,17 @@ Each rank draws its own drop-path masks and crops (``diff_rank_seed``,
 augmentation in the main process), so a rank restoring another rank's states would
 show.
 
-Usage: torchrun --nproc_per_node=2 _dino_ddp_resume_worker.py DATA_ROOT WORK_DIR RUN
+Usage (from the repository root): torchrun --nproc_per_node=2 -m
+tests.helpers.dino_ddp_resume_worker DATA_ROOT WORK_DIR RUN
 (RUN: full, half or resumed)
 """
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from _dino_toy import StopAfter, tiny_dino_config, train  # noqa: E402
+from tests.helpers.toy_training import StopAfter, tiny_dino_config, train
 
-from mmdinomamba.engine import setup_cpu_distributed, teardown_distributed  # noqa: E402
-from mmdinomamba.utils import allow_mmengine_checkpoint_types  # noqa: E402
+from mmdinomamba.engine import setup_cpu_distributed, teardown_distributed
+from mmdinomamba.utils import allow_mmengine_checkpoint_types
 
 
 def main():
