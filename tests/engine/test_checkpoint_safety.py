@@ -1,6 +1,6 @@
 """No checkpoint runs code, through every entry point that takes a file.
 
-Two attack files (tests/engine/_attack_files.py), each a real training checkpoint
+Two attack files (tests/helpers/checkpoint_files.py), each a real training checkpoint
 with a payload that writes a marker file: the classic ``__reduce__`` pickle and the
 allow-list gadget (a HistoryBuffer whose ``__reduce_ex__`` a resume's deep copy
 calls). A control shows that the gadget does run under the previous allow-list

@@ -7,11 +7,11 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from _tiny_dense import two_stage_head_options, upernet_head_options
 from mmengine.config import Config
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba import zoo
+from tests.helpers.dense_heads import two_stage_head_options, upernet_head_options
 
 WIDTH = 32
 # a 4-block, 32-wide DinoVim-T with four feature maps, from scratch
