@@ -74,8 +74,10 @@ def test_quick_start_config_delta_builds_a_dense_backbone():
     backbone_cfg = dict(namespace['model']['backbone'])
     assert backbone_cfg.pop('_delete_') is True
     backbone_cfg['img_size'] = 64  # the same layout on a smaller grid, for speed
-    backbone = MODELS.build(backbone_cfg).eval()
-    neck = MODELS.build(namespace['model']['neck'])
+    # in mmseg's scope whatever scope an earlier test left current
+    with MODELS.switch_scope_and_registry('mmseg') as models:
+        backbone = models.build(backbone_cfg).eval()
+        neck = models.build(namespace['model']['neck'])
     with torch.no_grad():
         maps = backbone(torch.rand(1, 3, 64, 64))
         pyramid = neck(maps)

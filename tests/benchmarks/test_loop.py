@@ -117,6 +117,7 @@ def test_loop_refuses_what_it_cannot_measure(bench, tmp_path):
     assert not list(tmp_path.iterdir())  # refused before writing anything
 
 
+@pytest.mark.slow
 def test_loop_trains_with_tools_train_end_to_end(bench, tmp_path):
     """On the CPU, tiny: two iterations of MLLA-T's ImageNet config at 64 px beside
     ViT-B's (the baseline, measured first), each through tools/train.py in its own

@@ -312,6 +312,7 @@ def test_cascade_config_trains_and_evaluates(path, toy_root, tmp_path):
         torch.cat([p.detach().flatten() for g in groups for p in g['params']])).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', MASK_CONFIGS, ids=config_id)
 def test_mask_rcnn_config_trains_and_evaluates(path, toy_root, tmp_path):
     cfg = load(path)

@@ -3,12 +3,14 @@ builds.
 
 A leaf is every ``configs/**/*.py`` outside a ``_base_`` folder. Each belongs to
 one family (:data:`FAMILIES`), whose recipe numbers and data roots it must hold:
-the paper's DINO and linear-probe recipes (DESIGN.md), the dense recipes, the
-Binary-AUC and robustness evaluations, MLLA's classification recipe, and the toy
-recipes of ``make demo`` and the comparison. Incidental values (a logger's
-interval, a visualiser) are not pinned. The layer-decay rates are checked on the
-optimizer the config's constructor builds for a 32-wide backbone of the config's
-depth, against the closed form ``lr * rate ** (depth + 1 - layer)``.
+the paper's DINO and linear-probe recipes (DESIGN.md), the dense recipes (the
+plain backbones' with layer-wise lr decay, MLLA's official Swin-style ones
+without), the Binary-AUC and robustness evaluations, MLLA's classification
+recipe, and the toy recipes of ``make demo`` and the comparison. Incidental
+values (a logger's interval, a visualiser) are not pinned. The layer-decay rates
+of the families that use layer decay are checked on the optimizer the config's
+constructor builds for a 32-wide backbone of the config's depth, against the
+closed form ``lr * rate ** (depth + 1 - layer)``.
 """
 import copy
 import importlib
@@ -79,6 +81,10 @@ def schedulers(cfg: Config) -> Dict[str, dict]:
 
 def arch_of(path: str) -> str:
     return re.search(r'-(tiny|small|base)-', osp.basename(path)).group(1)
+
+
+def mlla_arch(path: str) -> str:
+    return re.search(r'_mlla-(tiny|small|base)_', osp.basename(path)).group(1)
 
 
 # -- the families ------------------------------------------------------------------------
@@ -181,6 +187,88 @@ def cascade(path, cfg):
     assert data_roots(cfg) == {'data/coco/'}
 
 
+def mlla_dense_backbone(path, cfg, drop_path_rate: float) -> list:
+    """An MLLA of the file name's size from its official ImageNet-1k weights, its
+    four stages out; returns the stages' widths."""
+    from mmdinomamba.models import MLLA
+    arch = mlla_arch(path)
+    backbone = cfg.model.backbone
+    assert (backbone.type, backbone.arch) == ('MLLA', arch)
+    assert tuple(backbone.out_indices) == (0, 1, 2, 3)
+    assert backbone.drop_path_rate == drop_path_rate
+    assert backbone.init_cfg == dict(type='Pretrained',
+                                     checkpoint=f'checkpoints/mlla-{arch}_in1k.pth')
+    return [MLLA.arch_zoo[arch]['embed_dims'] * 2 ** i for i in range(4)]
+
+
+def swin_recipe(cfg, lr: float, weight_decay: float):
+    """The optimizer of MLLA's official dense configs (Swin's): AdamW, no weight
+    decay on norms, no layer-wise lr decay."""
+    opt = cfg.optim_wrapper
+    assert opt.type == 'OptimWrapper' and 'constructor' not in opt
+    assert opt.optimizer == dict(type='AdamW', lr=lr, betas=(0.9, 0.999),
+                                 weight_decay=weight_decay)
+    assert opt.paramwise_cfg == dict(custom_keys={'norm': dict(decay_mult=0.0)})
+
+
+def upernet_mlla(path, cfg):
+    """MLLA's official UperNet on ADE20K (mlla_b_upernet.py, Swin's recipe): AdamW
+    6e-5, weight decay 0.01, 1500 warm-up iterations from 1e-6 then poly to 0 at
+    160k, 8 x 2 images, 512 crops; drop path 0.5 for B (the official setting),
+    0.2 / 0.3 for T / S (their classification rates)."""
+    swin_recipe(cfg, lr=6e-5, weight_decay=0.01)
+    warmup, poly = cfg.param_scheduler
+    assert (warmup.type, warmup.start_factor, warmup.by_epoch, warmup.begin,
+            warmup.end) == ('LinearLR', 1e-6, False, 0, 1500)
+    assert (poly.type, poly.power, poly.eta_min, poly.by_epoch, poly.begin,
+            poly.end) == ('PolyLR', 1.0, 0.0, False, 1500, 160000)
+    assert cfg.train_cfg.max_iters == 160000 and cfg.train_dataloader.batch_size == 2
+    assert data_roots(cfg) == {'data/ade/ADEChallengeData2016'}
+    assert tuple(cfg.crop_size) == (512, 512)
+    widths = mlla_dense_backbone(
+        path, cfg, {'tiny': 0.2, 'small': 0.3, 'base': 0.5}[mlla_arch(path)])
+    head, aux = cfg.model.decode_head, cfg.model.auxiliary_head
+    assert list(head.in_channels) == widths and aux.in_channels == widths[2]
+    assert head.num_classes == aux.num_classes == 150
+
+
+def mask_rcnn(path, cfg):
+    """MLLA's official Mask R-CNN on COCO (mlla_{t,s,b}_mrcnn_{1x,3x}.py): AdamW
+    1e-4, weight decay 0.05, 500 warm-up iterations from 1e-3, 12 epochs (steps at
+    8, 11) or 36 (27, 33) of 8 x 2 images, drop path 0.1 or 0.3, and the DETR
+    multi-scale + crop augmentation."""
+    swin_recipe(cfg, lr=1e-4, weight_decay=0.05)
+    three_x = 'crop-3x' in path
+    epochs, milestones = (36, [27, 33]) if three_x else (12, [8, 11])
+    warmup, steps = cfg.param_scheduler
+    assert (warmup.type, warmup.start_factor, warmup.by_epoch, warmup.begin,
+            warmup.end) == ('LinearLR', 0.001, False, 0, 500)
+    assert (steps.type, steps.by_epoch, steps.begin, steps.end, steps.gamma) == (
+        'MultiStepLR', True, 0, epochs, 0.1)
+    assert list(steps.milestones) == milestones
+    assert cfg.train_cfg.max_epochs == epochs and cfg.train_dataloader.batch_size == 2
+    assert data_roots(cfg) == {'data/coco/'}
+    widths = mlla_dense_backbone(path, cfg, 0.3 if three_x else 0.1)
+    model = cfg.model
+    assert model.type == 'MaskRCNN' and list(model.neck.in_channels) == widths
+    assert model.roi_head.bbox_head.num_classes == 80
+    assert model.roi_head.mask_head.num_classes == 80
+    choice, = [t for t in cfg.train_dataloader.dataset.pipeline
+               if t.type == 'RandomChoice']
+    short_sides = list(range(480, 801, 32))
+    multi_scale, crop = choice.transforms
+    assert [t.type for t in multi_scale] == ['RandomChoiceResize']
+    assert [s for _, s in multi_scale[0].scales] == short_sides
+    assert [t.type for t in crop] == ['RandomChoiceResize', 'RandomCrop',
+                                      'RandomChoiceResize']
+    assert [s for _, s in crop[0].scales] == [400, 500, 600]
+    assert (crop[1].crop_type, tuple(crop[1].crop_size)) == ('absolute_range',
+                                                             (384, 600))
+    assert [s for _, s in crop[2].scales] == short_sides
+    assert all(long == 1333 for t in (multi_scale[0], crop[0], crop[2])
+               for long, _ in t.scales)
+
+
 def binary_auc(path, cfg):
     """Binary-AUC of the last block's map on a segmentation set."""
     root = ('data/toy/ade' if path.endswith('toy-ade.py') else 'data/toy'
@@ -279,8 +367,10 @@ FAMILIES: Dict[str, Callable] = {
     r'dino/dino_.*_in1k': dino_in1k,
     r'linear_probe/.*_in1k': probe_in1k,
     r'robustness/': robustness,
-    r'upernet/': upernet,
+    r'upernet/upernet_(?!mlla-)': upernet,
+    r'upernet/upernet_mlla-': upernet_mlla,
     r'cascade_mask_rcnn/': cascade,
+    r'mask_rcnn/': mask_rcnn,
     r'binary_auc/': binary_auc,
     r'mlla/': mlla,
     r'dino/dino_dinovim-toy': toy_dino,
@@ -293,10 +383,14 @@ FAMILIES: Dict[str, Callable] = {
 }
 
 
+def families_of(path: str) -> list:
+    return [check for pattern, check in FAMILIES.items()
+            if re.match(pattern, leaf_id(path))]
+
+
 @pytest.mark.parametrize('path', leaf_configs(), ids=leaf_id)
 def test_values_that_matter(path):
-    families = [check for pattern, check in FAMILIES.items()
-                if re.match(pattern, leaf_id(path))]
+    families = families_of(path)
     assert len(families) == 1, f'{leaf_id(path)}: in {len(families)} families'
     cfg = load(path)
     if 'model' in cfg and 'default_scope' in cfg:
@@ -338,8 +432,8 @@ def build_in_scope(cfg: Config, model_cfg: dict):
         return registry.build(model_cfg)
 
 
-LAYER_DECAY = [p for p in leaf_configs() if re.match(r'(upernet|cascade_mask_rcnn)/',
-                                                     leaf_id(p))]
+# the families whose recipe has layer-wise lr decay (MLLA's dense recipes have none)
+LAYER_DECAY = [p for p in leaf_configs() if families_of(p) in ([upernet], [cascade])]
 
 
 @pytest.mark.parametrize('path', LAYER_DECAY, ids=leaf_id)

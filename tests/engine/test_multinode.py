@@ -7,10 +7,10 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-WORKER = osp.join(osp.dirname(osp.abspath(__file__)), '_dino_ddp_worker.py')
 
 
 def free_port() -> int:
@@ -19,6 +19,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_nodes_end_with_the_same_weights(toy_root, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS='1',
                PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
@@ -26,7 +27,8 @@ def test_two_nodes_end_with_the_same_weights(toy_root, tmp_path):
     nodes = [subprocess.Popen(
         [sys.executable, '-m', 'torch.distributed.run', '--nnodes=2',
          f'--node-rank={rank}', '--nproc-per-node=1', '--master-addr=127.0.0.1',
-         f'--master-port={port}', WORKER, toy_root, str(tmp_path)],
+         f'--master-port={port}', '-m', 'tests.helpers.dino_ddp_worker', toy_root,
+         str(tmp_path)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in (0, 1)]
     outputs = []

@@ -125,6 +125,7 @@ def test_recorded_macs_are_the_counter_s(name):
     assert macs == MODELS[name].metadata.data['FLOPs']
 
 
+@pytest.mark.slow
 def test_fresh_process_lists_and_builds_ours(tmp_path):
     """``import mmdinomamba, mmpretrain`` in a fresh process, from another folder:
     ``list_models('*dinovim*')`` lists our DinoVim models, ``get_model`` builds one
@@ -150,6 +151,7 @@ print('LOADED', len(state))
     assert int(out['LOADED'][0]) > 0
 
 
+@pytest.mark.slow
 def test_regular_install_ships_the_configs_and_the_index(tmp_path):
     """An sdist built from the checkout, a wheel built from the sdist, the wheel
     installed into a folder: its ``mmdinomamba/.mim`` holds the configs and the

@@ -85,6 +85,7 @@ print('CLASS', result['pred_class'], round(float(np.sum(result['pred_scores'])),
 """
 
 
+@pytest.mark.slow
 def test_train_checkpoint_loads_in_get_model_and_the_inferencer(trained, tmp_path):
     """A fresh process that imports only mmdinomamba and mmpretrain reads the
     checkpoint of tools/train.py with ``mmpretrain.get_model(cfg, pretrained=)``
@@ -100,6 +101,7 @@ def test_train_checkpoint_loads_in_get_model_and_the_inferencer(trained, tmp_pat
     assert name in classes and total == '1.0'
 
 
+@pytest.mark.slow
 def test_confusion_matrix(trained, tmp_path):
     root, _, ckpt = trained
     out = run([sys.executable, upstream('analysis_tools/confusion_matrix.py', tmp_path),
@@ -109,6 +111,7 @@ def test_confusion_matrix(trained, tmp_path):
     assert (tmp_path / 'cm.png').stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_analyze_logs(trained, tmp_path):
     _, work, _ = trained
     # mmengine's json log, <timestamp>.json beside scalars.json
@@ -122,12 +125,14 @@ def test_analyze_logs(trained, tmp_path):
     assert (tmp_path / 'loss.png').stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_print_config(tmp_path):
     out = run([sys.executable, upstream('misc/print_config.py', tmp_path), DINO],
               cwd=tmp_path)
     assert "type='DinoVim'" in out and "type='CPUThreadsHook'" in out
 
 
+@pytest.mark.slow
 def test_browse_dataset_on_the_multi_crop_config(tmp_path):
     """The DINO multi-crop pipeline through mmpretrain's browse_dataset.py (its
     visualizer was built with mmengine's ``_scope_`` key: a TypeError). Its other
@@ -144,6 +149,7 @@ def test_browse_dataset_on_the_multi_crop_config(tmp_path):
     assert len(os.listdir(tmp_path / 'shown')) == 3
 
 
+@pytest.mark.slow
 def test_get_flops_on_a_dinovim_config(tmp_path):
     """mmpretrain's get_flops.py (mmengine's traced counter) on the toy DinoVim
     linear probe at its 64 px: the parameters of the built model."""
