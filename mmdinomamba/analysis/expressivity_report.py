@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from mmdinomamba.engine.checkpoint import write_atomic
+from mmdinomamba.utils import write_atomic
 from .expressivity import FAMILIES
 from .figures import pyplot, save_figure
 
