@@ -40,7 +40,10 @@ w (D_QK or the state size N) and H heads::
   When L-BFGS stops early, Adam takes over again; the fit ends once such a
   round gains less than 1 %. The best parameters seen are kept, and their error
   is recomputed in float64. Restart r draws its initialisation with seed
-  ``seed + r``.
+  ``seed + r``. A family with a ``linear_part`` (MLLA with LePE) has its
+  heads' scales and its kernel solved by least squares at every evaluation
+  (variable projection, :meth:`ProbeModel.project`) and written back at the
+  end (:meth:`ProbeModel.set_linear_part`): the error is the mixer's own M's.
 - A fit is an upper bound on the best error the family can reach; the floors
   of :mod:`.expressivity_targets` are lower bounds.
 
