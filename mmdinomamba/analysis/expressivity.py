@@ -355,15 +355,24 @@ def sample_matrix(family: str, width: int, heads: int, features: Tensor,
         return model()
 
 
+# the basis in float32 (and the unit stencils it is built from), its float64
+# copy and lstsq's float64 work copy
+LINEAR_PART_BYTES = 24
+
+
 def probe_memory_bytes(family: str, seqlen: int, width: int, heads: int) -> int:
     """An estimate of the memory one fit needs: the family's ``bytes_per_entry``
     for each matrix of each key (:meth:`Family.matrices`), plus the float64 target, its float32
-    copy and the float64 evaluation. (Measured peak resident memory over the
-    process baseline, one head at L = 1024, target included: softmax 94, linear
-    80, SSD 125 bytes per entry and matrix.)"""
+    copy and the float64 evaluation; for a family with a ``linear_part``,
+    :data:`LINEAR_PART_BYTES` for each of the least-squares basis's H + 9
+    matrices (the heads' attention and LePE's 3 x 3 unit stencils). (Measured
+    peak resident memory over the process baseline, one head at L = 1024,
+    target included: softmax 94, linear 80, SSD 125 bytes per entry and
+    matrix.)"""
     fam = check_family(family)
     count = fam.matrices(width, heads) * len(fam.keys)
-    return (fam.bytes_per_entry * count + 32) * seqlen ** 2
+    basis = LINEAR_PART_BYTES * (heads + 9) if fam.linear_part else 0
+    return (fam.bytes_per_entry * count + basis + 32) * seqlen ** 2
 
 
 # --------------------------------------------------------------------------- #
