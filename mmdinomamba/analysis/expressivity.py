@@ -40,7 +40,10 @@ w (D_QK or the state size N) and H heads::
   When L-BFGS stops early, Adam takes over again; the fit ends once such a
   round gains less than 1 %. The best parameters seen are kept, and their error
   is recomputed in float64. Restart r draws its initialisation with seed
-  ``seed + r``.
+  ``seed + r``. A family with a ``linear_part`` (MLLA with LePE) has its
+  heads' scales and its kernel solved by least squares at every evaluation
+  (variable projection, :meth:`ProbeModel.project`) and written back at the
+  end (:meth:`ProbeModel.set_linear_part`): the error is the mixer's own M's.
 - A fit is an upper bound on the best error the family can reach; the floors
   of :mod:`.expressivity_targets` are lower bounds.
 
@@ -77,6 +80,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from mmdinomamba.models.mixers.positional import depthwise_conv_matrix
 from .adapters import as_mixer
 from .expressivity_targets import check_target, grid_shape, offdiag_block, rank_floors
 
@@ -135,6 +139,13 @@ class Family:
         per_channel (bool): the keys' matrices are one per channel
             (``heads * width`` of them, MLLA's ``'whole'``), not one per head;
             M weighs each with its own learned weight. Defaults to False.
+        linear_part (bool): M is ``sum_h s_h A_h + P(kappa)``, linear in the
+            heads' scales s and one depthwise k x k kernel kappa (a per-channel
+            family whose channel c adds its stencil ``P(K_c)`` to its head's
+            ``'attention'`` A_h: ``s_h = sum_(c in h) a_c``,
+            ``kappa = sum_c a_c K_c``). The fit solves (s, kappa) by least
+            squares at every evaluation (:meth:`ProbeModel.project`).
+            Defaults to False.
     """
     build: Callable[[int, int], nn.Module]
     keys: Tuple[str, ...]
@@ -145,6 +156,7 @@ class Family:
     bytes_per_entry: int
     description: str
     per_channel: bool = False
+    linear_part: bool = False
 
     def matrices(self, width: int, heads: int) -> int:
         """How many matrices each key has (heads, or channels if per_channel)."""
@@ -183,7 +195,7 @@ FAMILIES: Dict[str, Family] = {
     'mlla_lepe': Family(
         build=partial(_mlla, lepe=True), keys=('whole', ), width_name='D_QK',
         rank=None, block_rank=None, causal=False, bytes_per_entry=48,
-        per_channel=True,
+        per_channel=True, linear_part=True,
         description="MLLA's attention with LePE (3 x 3 depthwise conv of V; "
         'LinearAttentionMixer)'),
 }
@@ -256,13 +268,81 @@ class ProbeModel(nn.Module):
         self.head_weights = nn.Parameter(torch.full((count, ), 1.0 / count))
         mixer = as_mixer(self.mixer)
         self.grid = (grid_shape(features.shape[0]), ) if mixer.mixing_info().grid else ()
+        self.target: Optional[Tensor] = None
+        if self.family.linear_part:
+            # P(kappa) = sum_ab kappa_ab S_ab: the k^2 unit stencils on the grid
+            k = mixer.mixing_info().local_kernel
+            unit = torch.eye(k * k).view(k * k, 1, k, k)
+            self.register_buffer('stencils', depthwise_conv_matrix(unit, *self.grid),
+                                 persistent=False)
 
     def forward(self) -> Tensor:
-        """M, (seqlen, seqlen), differentiable in every parameter."""
+        """M, (seqlen, seqlen), differentiable in every parameter; while
+        :meth:`project` holds a target, the M of the best (s, kappa) instead."""
         u = self.embed(self.features)[None]
         mats = as_mixer(self.mixer).mixing_matrices(u, *self.grid)
+        if self.target is not None:
+            basis = self._linear_basis(mats)
+            return torch.einsum('k,kij->ij', self._solve(basis), basis)
         M = torch.stack([mats[k][0] for k in self.family.keys]).mean(0)
         return torch.einsum('h,hij->ij', self.head_weights.to(M.dtype), M)
+
+    def _linear_basis(self, mats: Dict[str, Tensor]) -> Tensor:
+        """[A_1 .. A_H, S_1 .. S_(k^2)], (H + k^2, seqlen, seqlen)."""
+        A = mats['attention'][0]
+        return torch.cat([A, self.stencils.to(A.dtype)])
+
+    def _solve(self, basis: Tensor) -> Tensor:
+        """The coefficients of ``basis`` closest to the target in Frobenius
+        norm (least squares in float64, no gradient: at the optimum the loss's
+        gradient in them is zero, so the other parameters' gradient is that of
+        the projected loss), (len(basis), ) in basis's dtype."""
+        with torch.no_grad():
+            B = basis.reshape(basis.shape[0], -1).T.double()
+            t = self.target.reshape(-1, 1).double()
+            return torch.linalg.lstsq(B, t).solution[:, 0].to(basis.dtype)
+
+    def project(self, target: Optional[Tensor]) -> None:
+        """Variable projection, for a family with ``linear_part``: until
+        called with None, :meth:`forward` returns ``sum_h s_h A_h + P(kappa)``
+        with (s, kappa) solved by least squares against ``target`` (seqlen,
+        seqlen) at each call, so that a fit moves only the attention's
+        parameters. (With s and kappa as the head weights and kernels, a fit
+        stalls: the stencils hold most of a target's energy, and each weight
+        a_c scales both its channel's stencil and the attention.)"""
+        if target is not None and not self.family.linear_part:
+            raise ValueError(f'{self.family.description}: M has no linear part to '
+                             'solve for; fit it without project')
+        self.target = target
+
+    @torch.no_grad()
+    def set_linear_part(self) -> None:
+        """Write the (s, kappa) that :meth:`project` solves into the head
+        weights a and the LePE kernels K, then stop projecting; :meth:`forward`
+        is then the mixer's own M, the same matrix::
+
+            a_c = s_h / e + z_c / C     z: +-1 by channel, centred in each head
+                                        (e channels a head, C in all)
+            K_c = a_c kappa / ||a||^2   so sum_c a_c K_c = kappa
+        """
+        u = self.embed(self.features)[None]
+        mats = as_mixer(self.mixer).mixing_matrices(u, *self.grid)
+        basis = self._linear_basis(mats)
+        coef = self._solve(basis)
+        heads = mats['attention'].shape[1]
+        scales, kappa = coef[:heads], coef[heads:]
+        count = self.head_weights.numel()
+        per_head = count // heads
+        z = (-1.0) ** torch.arange(per_head, device=coef.device, dtype=coef.dtype)
+        a = scales.repeat_interleave(per_head) / per_head + \
+            (z - z.mean()).repeat(heads) / count
+        norm = a.pow(2).sum()
+        kernels = a[:, None] * kappa / norm if norm > 0 else torch.zeros_like(
+            a[:, None] * kappa)
+        lepe = self.mixer.lepe.weight
+        self.head_weights.copy_(a)
+        lepe.copy_(kernels.view_as(lepe))
+        self.target = None
 
 
 def sample_matrix(family: str, width: int, heads: int, features: Tensor,
@@ -275,15 +355,24 @@ def sample_matrix(family: str, width: int, heads: int, features: Tensor,
         return model()
 
 
+# the basis in float32 (and the unit stencils it is built from), its float64
+# copy and lstsq's float64 work copy
+LINEAR_PART_BYTES = 24
+
+
 def probe_memory_bytes(family: str, seqlen: int, width: int, heads: int) -> int:
     """An estimate of the memory one fit needs: the family's ``bytes_per_entry``
     for each matrix of each key (:meth:`Family.matrices`), plus the float64 target, its float32
-    copy and the float64 evaluation. (Measured peak resident memory over the
-    process baseline, one head at L = 1024, target included: softmax 94, linear
-    80, SSD 125 bytes per entry and matrix.)"""
+    copy and the float64 evaluation; for a family with a ``linear_part``,
+    :data:`LINEAR_PART_BYTES` for each of the least-squares basis's H + 9
+    matrices (the heads' attention and LePE's 3 x 3 unit stencils). (Measured
+    peak resident memory over the process baseline, one head at L = 1024,
+    target included: softmax 94, linear 80, SSD 125 bytes per entry and
+    matrix.)"""
     fam = check_family(family)
     count = fam.matrices(width, heads) * len(fam.keys)
-    return (fam.bytes_per_entry * count + 32) * seqlen ** 2
+    basis = LINEAR_PART_BYTES * (heads + 9) if fam.linear_part else 0
+    return (fam.bytes_per_entry * count + basis + 32) * seqlen ** 2
 
 
 # --------------------------------------------------------------------------- #
@@ -539,7 +628,11 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                 'without gradient: the mixing-matrix protocol must follow the '
                 "caller's grad mode (remove its torch.no_grad)")
         result.initial_errors.append(_relative_error(M.detach().double().cpu(), T64))
+        if fam.linear_part:
+            model.project(T32)
         _minimise(model, lambda M: (M - T32).pow(2).sum() / scale, steps)
+        if fam.linear_part:
+            model.set_linear_part()
         with torch.no_grad():
             M = copy.deepcopy(model).double()().cpu()
         error = _relative_error(M, T64) if torch.isfinite(M).all() else math.inf
