@@ -70,6 +70,7 @@ def run_script(tool: str, args, cwd) -> subprocess.CompletedProcess:
                           env=dict(os.environ, PYTHON='/nonexistent/python'))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tool', SH_TOOLS)
 def test_shell_script_help(tool, tmp_path):
     before = files_under(REPO)
@@ -81,6 +82,7 @@ def test_shell_script_help(tool, tmp_path):
     assert files_under(REPO) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('tool', NEEDS_ARGUMENTS)
 def test_shell_script_without_arguments_prints_its_usage(tool, tmp_path):
     proc = run_script(tool, [], tmp_path)
@@ -90,6 +92,7 @@ def test_shell_script_without_arguments_prints_its_usage(tool, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_slurm_train_hands_the_job_to_srun(tmp_path):
     """The command srun receives: the GPU and CPU counts from the environment,
     tools/train.py with the config, the work dir, the slurm launcher and the
