@@ -1,6 +1,7 @@
-# The four backbones of the small comparison recipe, written once: the DINO
-# configs (dino_*.py) and their linear probes (linear-probe_*.py) take them from
-# here. Same width (192), depth (12) and patching (8 px at 64 px: 64 patches, + [CLS]
+# The four backbones of the small comparison recipe, written once: the shared DINO
+# and probe fragments (dino_toy-rich-64px.py, linear-probe_toy-rich-64px.py) inherit
+# them, and each DINO config (dino_*.py) and linear probe (linear-probe_*.py) picks
+# its own. Same width (192), depth (12) and patching (8 px at 64 px: 64 patches, + [CLS]
 # where the model has one); only the block and its token mixer differ.
 
 # mmpretrain's VisionTransformer (softmax attention), 3 heads, MLP 768
