@@ -4,7 +4,7 @@
 # depth, not doubled to their parameters (24 blocks, 6.13 M): only the token count
 # changes against the 65-token recipe, and 24 blocks would cost the run a fifth of
 # its budget (docs/comparison.md, "At 256 tokens").
-_base_ = ['./_base_/dino_toy-rich-64px-p4.py', './_base_/backbones_d192-l12-p8.py']
+_base_ = './_base_/dino_toy-rich-64px-p4.py'
 
 model = dict(backbone=dict(_base_.dinovim_backbone, _delete_=True,
                            patch_size=_base_.patch_size))

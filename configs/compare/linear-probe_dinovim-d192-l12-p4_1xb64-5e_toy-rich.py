@@ -1,15 +1,9 @@
 # Linear probe of dino_dinovim-d192-l12-p4_1xb64-6e_toy-rich.py's teacher at
 # 256 tokens: the readout of linear-probe_dinovim-d192-l12-p8_1xb128-30e_toy-rich.py
 # (the last 4 of 12 blocks) on the 4 px patching.
-_base_ = [
-    './_base_/linear-probe_toy-rich-64px-p4.py', './_base_/backbones_d192-l12-p8.py'
-]
+_base_ = './_base_/linear-probe_toy-rich-64px-p4.py'
 
 model = dict(
-    backbone=dict(
-        _base_.dinovim_backbone,
-        _delete_=True,
-        **_base_.probe_backbone,
-        feature_source='mixer',
-        init_cfg=dict(_base_.probe_init_cfg,
-                      checkpoint='work_dirs/compare_seq256/dinovim/epoch_6.pth')))
+    backbone=dict(_base_.dinovim_backbone, **_base_.probe_backbone,
+                  feature_source='mixer',
+                  init_cfg=dict(checkpoint='work_dirs/compare_seq256/dinovim/epoch_6.pth')))

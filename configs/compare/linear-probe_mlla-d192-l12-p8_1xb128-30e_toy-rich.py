@@ -1,13 +1,9 @@
 # Linear probe of dino_mlla-d192-l12-p8_1xb128-20e_toy-rich.py's teacher: the mean
 # readout of the last 4 of 12 blocks, each through the final LayerNorm, as the
 # LinearViT probe.
-_base_ = ['./_base_/linear-probe_toy-rich-64px.py', './_base_/backbones_d192-l12-p8.py']
+_base_ = './_base_/linear-probe_toy-rich-64px.py'
 
 model = dict(
-    backbone=dict(
-        _base_.mlla_backbone,
-        _delete_=True,
-        **_base_.probe_backbone,
-        feature_source='normed',
-        init_cfg=dict(_base_.probe_init_cfg,
-                      checkpoint='work_dirs/compare/mlla/epoch_20.pth')))
+    backbone=dict(_base_.mlla_backbone, **_base_.probe_backbone,
+                  feature_source='normed',
+                  init_cfg=dict(checkpoint='work_dirs/compare/mlla/epoch_20.pth')))

@@ -2,13 +2,9 @@
 # the last 4 of 12 blocks. mmpretrain's ViT returns them without the final
 # LayerNorm, so they go through the neck's parameter-free BatchNorm, as in
 # configs/linear_probe/vit-base-p16_4xb128-linear-coslr-100e_in1k.py.
-_base_ = ['./_base_/linear-probe_toy-rich-64px.py', './_base_/backbones_d192-l12-p8.py']
+_base_ = './_base_/linear-probe_toy-rich-64px.py'
 
 model = dict(
-    backbone=dict(
-        _base_.vit_backbone,
-        _delete_=True,
-        **_base_.probe_backbone,
-        init_cfg=dict(_base_.probe_init_cfg,
-                      checkpoint='work_dirs/compare/vit/epoch_20.pth')),
+    backbone=dict(_base_.vit_backbone, **_base_.probe_backbone,
+                  init_cfg=dict(checkpoint='work_dirs/compare/vit/epoch_20.pth')),
     neck=dict(with_bn=True))

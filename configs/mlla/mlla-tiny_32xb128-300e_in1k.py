@@ -2,13 +2,4 @@
 # paper without MESA (Tab. 7). MESA, the official self-distillation from the EMA
 # model (loss + 1.0 x CE(out, softmax(EMA out)) from 25 % of the epochs on), is
 # not part of this recipe; with it the paper reports 83.5. See docs/mlla.md.
-_base_ = [
-    './_base_/models/mlla-tiny.py',
-    'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
-    './_base_/schedules/mlla_adamw-300e_bs4096.py',
-    '../_base_/default_runtime.py',
-]
-
-train_dataloader = dict(batch_size=128)
-val_dataloader = dict(batch_size=128)
-test_dataloader = val_dataloader
+_base_ = ['./_base_/models/mlla-tiny.py', './_base_/mlla-recipe_32xb128-300e_in1k.py']

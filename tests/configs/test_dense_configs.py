@@ -229,6 +229,28 @@ def assert_trained(runner: Runner, iterations: int):
     assert len(losses) == iterations and all(math.isfinite(v) for v in losses)
 
 
+def train_on_toy_data(path: str, options, toy_root: str, tmp_path) -> Runner:
+    """The config with ``options(cfg, toy_root)`` merged, trained for its two
+    iterations (finite losses) with its evaluation."""
+    cfg = load(path)
+    cfg.merge_from_dict(options(cfg, toy_root))
+    runner = run(cfg, str(tmp_path))
+    assert_trained(runner, 2)
+    return runner
+
+
+def train_detector_on_toy_data(path: str, toy_root: str, tmp_path) -> Runner:
+    """``train_on_toy_data`` for a detection config: its CocoMetric's box and mask
+    mAP in [0, 1], every parameter finite after the steps."""
+    runner = train_on_toy_data(path, det_options, toy_root, tmp_path)
+    for key in ('val/coco/bbox_mAP', 'val/coco/segm_mAP'):
+        assert 0.0 <= scalar(runner, key) <= 1.0
+    assert type(runner.val_evaluator.metrics[0]).__name__ == 'CocoMetric'
+    params = [p for g in runner.optim_wrapper.optimizer.param_groups for p in g['params']]
+    assert torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
+    return runner
+
+
 def test_configs_load_and_follow_the_recipe():
     # 6 plain backbones, and MLLA-T/S/B (UperNet; Mask R-CNN 1x and 3x)
     assert len(SEG_CONFIGS) == 9 and len(DET_CONFIGS) == 12 and len(MASK_CONFIGS) == 6
@@ -287,10 +309,7 @@ def test_mlla_configs_follow_the_official_settings(size, dims, dpr):
 @pytest.mark.slow
 @pytest.mark.parametrize('path', SEG_CONFIGS, ids=config_id)
 def test_upernet_config_trains_and_evaluates(path, toy_root, tmp_path):
-    cfg = load(path)
-    cfg.merge_from_dict(seg_options(cfg, toy_root))
-    runner = run(cfg, str(tmp_path))
-    assert_trained(runner, 2)
+    runner = train_on_toy_data(path, seg_options, toy_root, tmp_path)
     miou = scalar(runner, 'val/mIoU')
     assert 0.0 <= miou <= 100.0
     assert type(runner.val_evaluator.metrics[0]).__name__ == 'IoUMetric'
@@ -299,32 +318,17 @@ def test_upernet_config_trains_and_evaluates(path, toy_root, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize('path', DET_CONFIGS, ids=config_id)
 def test_cascade_config_trains_and_evaluates(path, toy_root, tmp_path):
-    cfg = load(path)
-    cfg.merge_from_dict(det_options(cfg, toy_root))
-    runner = run(cfg, str(tmp_path))
-    assert_trained(runner, 2)
-    for key in ('val/coco/bbox_mAP', 'val/coco/segm_mAP'):
-        assert 0.0 <= scalar(runner, key) <= 1.0
-    assert type(runner.val_evaluator.metrics[0]).__name__ == 'CocoMetric'
+    runner = train_detector_on_toy_data(path, toy_root, tmp_path)
     groups = runner.optim_wrapper.optimizer.param_groups
     assert len({g['lr'] for g in groups}) == DEPTH + 2  # layer decay is in use
-    assert torch.isfinite(
-        torch.cat([p.detach().flatten() for g in groups for p in g['params']])).all()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('path', MASK_CONFIGS, ids=config_id)
 def test_mask_rcnn_config_trains_and_evaluates(path, toy_root, tmp_path):
-    cfg = load(path)
-    cfg.merge_from_dict(det_options(cfg, toy_root))
-    runner = run(cfg, str(tmp_path))
-    assert_trained(runner, 2)
-    for key in ('val/coco/bbox_mAP', 'val/coco/segm_mAP'):
-        assert 0.0 <= scalar(runner, key) <= 1.0
+    runner = train_detector_on_toy_data(path, toy_root, tmp_path)
     assert type(runner.model).__name__ == 'MaskRCNN'
     assert type(runner.model.backbone).__name__ == 'MLLA'
-    params = [p for g in runner.optim_wrapper.optimizer.param_groups for p in g['params']]
-    assert torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
 
 
 def build_model(path: str, options: dict):

@@ -49,7 +49,7 @@ def test_every_row_is_a_leaf_of_two_bases():
         [assign] = tree.body  # nothing but `_base_ = [model, recipe]`
         assert assign.targets[0].id == '_base_'
         model, recipe = ast.literal_eval(assign.value)
-        assert recipe == './_base_/mlla-recipe_32xb128-300e_in1k.py'
+        assert recipe == '../_base_/mlla-recipe_32xb128-300e_in1k.py'
         assert model.startswith('./_base_/models/linear-swin-t')
         models.add(model)
     assert len(models) == len(leaves)

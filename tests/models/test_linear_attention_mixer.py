@@ -64,10 +64,11 @@ def naive_depthwise(x, weight, bias, hw):
     return out
 
 
-def naive_mixer(mixer, u, hw):
-    """The module docstring's equations, token by token, head by head."""
-    dim, qk_dim, heads = mixer.dim, mixer.qk_dim, mixer.num_heads
-    d, e, n = qk_dim // heads, dim // heads, u.shape[1]
+def naive_qkvg(mixer, u, hw):
+    """The per-token projections of the module docstring: the positive features
+    q = elu(u W_q) + 1 and k, their rotated q_r and k_r, the values v and the gated
+    values g (each (batch, n, width))."""
+    qk_dim = mixer.qk_dim
     qk = u @ mixer.qk.weight.T + mixer.qk.bias
     q, k = F.elu(qk[..., :qk_dim]) + 1, F.elu(qk[..., qk_dim:]) + 1
     v = u @ mixer.v.weight.T + mixer.v.bias if mixer.v is not None else u
@@ -76,16 +77,11 @@ def naive_mixer(mixer, u, hw):
     if mixer.delta_proj is not None:
         w1, w2 = mixer.delta_proj[0].weight, mixer.delta_proj[1]
         g = v * F.softplus(u @ w1.T @ w2.weight.T + w2.bias)
-    y = torch.zeros_like(v)
-    for b in range(u.shape[0]):
-        for h in range(heads):
-            sl, sv = slice(h * d, (h + 1) * d), slice(h * e, (h + 1) * e)
-            for i in range(n):
-                num, den = torch.zeros(e, dtype=u.dtype), 0.0
-                for j in range(n):
-                    num = num + (q_r[b, i, sl] @ k_r[b, j, sl]) * g[b, j, sv]
-                    den = den + q[b, i, sl] @ k[b, j, sl]
-                y[b, i, sv] = num / (den + n * mixer.eps) if mixer.normalize else num / n
+    return q, k, q_r, k_r, v, g
+
+
+def naive_output(mixer, y, v, hw):
+    """The mixed tokens y plus the D shortcut and the LePE branch on the values."""
     if mixer.D is not None:
         y = y + mixer.D * v
     if mixer.lepe is not None:
@@ -93,25 +89,34 @@ def naive_mixer(mixer, u, hw):
     return y
 
 
+def naive_mixer(mixer, u, hw):
+    """The module docstring's equations, token by token, head by head."""
+    d, e, n = mixer.qk_dim // mixer.num_heads, mixer.dim // mixer.num_heads, u.shape[1]
+    q, k, q_r, k_r, v, g = naive_qkvg(mixer, u, hw)
+    y = torch.zeros_like(v)
+    for b in range(u.shape[0]):
+        for h in range(mixer.num_heads):
+            sl, sv = slice(h * d, (h + 1) * d), slice(h * e, (h + 1) * e)
+            for i in range(n):
+                num, den = torch.zeros(e, dtype=u.dtype), 0.0
+                for j in range(n):
+                    num = num + (q_r[b, i, sl] @ k_r[b, j, sl]) * g[b, j, sv]
+                    den = den + q[b, i, sl] @ k[b, j, sl]
+                y[b, i, sv] = num / (den + n * mixer.eps) if mixer.normalize else num / n
+    return naive_output(mixer, y, v, hw)
+
+
 def naive_forget_gate(mixer, u, hw):
     """The recurrence: per head, S_t = a_t S_(t-1) + K_r,t^T G_t and
     Z_t = a_t Z_(t-1) + K_t, y_t = Q_r,t S_t / (Q_t . Z_t + N eps), with
     a_t = exp(-exp(A_log) max(softplus(u_t W_dt + dt_bias), 1e-4))."""
-    dim, qk_dim, heads = mixer.dim, mixer.qk_dim, mixer.num_heads
-    d, e, n = qk_dim // heads, dim // heads, u.shape[1]
-    qk = u @ mixer.qk.weight.T + mixer.qk.bias
-    q, k = F.elu(qk[..., :qk_dim]) + 1, F.elu(qk[..., qk_dim:]) + 1
-    v = u @ mixer.v.weight.T + mixer.v.bias if mixer.v is not None else u
-    q_r, k_r = (naive_rope(q, hw), naive_rope(k, hw)) if mixer.rope else (q, k)
-    g = v
-    if mixer.delta_proj is not None:
-        w1, w2 = mixer.delta_proj[0].weight, mixer.delta_proj[1]
-        g = v * F.softplus(u @ w1.T @ w2.weight.T + w2.bias)
+    d, e, n = mixer.qk_dim // mixer.num_heads, mixer.dim // mixer.num_heads, u.shape[1]
+    q, k, q_r, k_r, v, g = naive_qkvg(mixer, u, hw)
     dt = F.softplus(u @ mixer.dt_proj.weight.T + mixer.dt_bias).clamp(min=1e-4)
     decay = torch.exp(-torch.exp(mixer.A_log) * dt)  # (batch, n, heads)
     y = torch.zeros_like(v)
     for b in range(u.shape[0]):
-        for h in range(heads):
+        for h in range(mixer.num_heads):
             sl, sv = slice(h * d, (h + 1) * d), slice(h * e, (h + 1) * e)
             S = torch.zeros(d, e, dtype=u.dtype)
             Z = torch.zeros(d, dtype=u.dtype)
@@ -121,11 +126,7 @@ def naive_forget_gate(mixer, u, hw):
                 num = q_r[b, t, sl] @ S
                 y[b, t, sv] = num / (q[b, t, sl] @ Z + n * mixer.eps) \
                     if mixer.normalize else num / n
-    if mixer.D is not None:
-        y = y + mixer.D * v
-    if mixer.lepe is not None:
-        y = y + naive_depthwise(v, mixer.lepe.weight, mixer.lepe.bias, hw)
-    return y
+    return naive_output(mixer, y, v, hw)
 
 
 # ---------------------------------------------------------------------- tests

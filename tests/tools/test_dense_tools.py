@@ -362,7 +362,8 @@ def test_scripts_use_the_venv_interpreter(tmp_path, script, args):
     """From a fresh clone after ``make install``: .venv/bin/python, not PATH's."""
     repo = tmp_path / 'clone'
     (repo / 'tools').mkdir(parents=True)
-    (repo / 'tools' / script).write_text(open(osp.join(ROOT, 'tools', script)).read())
+    for name in (script, '_launch_common.sh'):  # the launcher and the helper it sources
+        (repo / 'tools' / name).write_text(open(osp.join(ROOT, 'tools', name)).read())
     for name in ('.venv/bin/python', 'other/python'):
         fake = repo / name
         fake.parent.mkdir(parents=True)

@@ -10,6 +10,18 @@ import pytest
 from mmdinomamba.analysis.recipe import COMPARE_MODELS, SEQ256_MODELS
 
 NAMES = [m.name for m in COMPARE_MODELS]
+# the recipe on a CPU in seconds: 2-layer models, one epoch of DINO and of each probe
+# (on the last two blocks), 2 training and 1 held-out image a class, one rank image
+TINY_CPU_BUDGET = [
+    '--epochs', '1', '--device', 'cpu', '--train-per-class', '2',
+    '--val-per-class', '1', '--rank-images', '1', '--parallel',
+    '--num-workers', '0', '--cfg-options',
+    'train_dataloader.batch_size=8', 'model.backbone.arch.num_layers=2',
+    'model.head.out_channels=64', 'model.loss.out_channels=64',
+    '--probe-epochs', '1', '--probe-cfg-options',
+    'model.backbone.out_indices=[-2,-1]', 'model.backbone.frozen_stages=2',
+    'model.neck.in_channels=384', 'model.head.in_channels=384',
+    'train_dataloader.batch_size=8']
 
 
 @pytest.fixture(scope='module')
@@ -23,16 +35,7 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
     pytest.importorskip('mmpretrain')
     work = str(tmp_path / 'cmp')
     script.main('compare', osp.dirname(osp.dirname(script.__file__)), [
-        '--work-dir', work, '--data-root', str(tmp_path / 'data'),
-        '--epochs', '1', '--device', 'cpu', '--train-per-class', '2',
-        '--val-per-class', '1', '--rank-images', '1', '--parallel',
-        '--num-workers', '0', '--cfg-options',
-        'train_dataloader.batch_size=8', 'model.backbone.arch.num_layers=2',
-        'model.head.out_channels=64', 'model.loss.out_channels=64',
-        '--probe-epochs', '1', '--probe-cfg-options',
-        'model.backbone.out_indices=[-2,-1]', 'model.backbone.frozen_stages=2',
-        'model.neck.in_channels=384', 'model.head.in_channels=384',
-        'train_dataloader.batch_size=8'])
+        '--work-dir', work, '--data-root', str(tmp_path / 'data'), *TINY_CPU_BUDGET])
     out = capsys.readouterr().out
     for step in range(1, 6):
         assert f'[{step}/5] ' in out
@@ -92,15 +95,7 @@ def test_cpu_run_at_256_tokens_end_to_end(tmp_path, script, capsys):
     work, out = str(tmp_path / 'cmp'), str(tmp_path / 'report256')
     script.main('compare', osp.dirname(osp.dirname(script.__file__)), [
         '--preset', 'seq256', '--work-dir', work, '--data-root', str(tmp_path / 'data'),
-        '--out', out, '--epochs', '1', '--device', 'cpu', '--train-per-class', '2',
-        '--val-per-class', '1', '--rank-images', '1', '--parallel',
-        '--num-workers', '0', '--cfg-options',
-        'train_dataloader.batch_size=8', 'model.backbone.arch.num_layers=2',
-        'model.head.out_channels=64', 'model.loss.out_channels=64',
-        '--probe-epochs', '1', '--probe-cfg-options',
-        'model.backbone.out_indices=[-2,-1]', 'model.backbone.frozen_stages=2',
-        'model.neck.in_channels=384', 'model.head.in_channels=384',
-        'train_dataloader.batch_size=8'], presets=('compare', 'seq256'))
+        '--out', out, *TINY_CPU_BUDGET], presets=('compare', 'seq256'))
     stdout = capsys.readouterr().out
     for step in range(1, 6):
         assert f'[{step}/5] ' in stdout

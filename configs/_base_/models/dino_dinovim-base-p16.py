@@ -1,16 +1,12 @@
 # DINO with a DinoVim-B student (24 bidirectional Mamba-2 blocks, 768 wide) and its
 # EMA teacher. A config for another backbone swaps `model.backbone` and sets the
 # head's `in_channels` to the backbone width.
-custom_imports = dict(imports=['mmdinomamba'], allow_failed_imports=False)
+_base_ = './dinovim-base-p16.py'
 
 out_channels = 65536  # K, the number of prototypes
 model = dict(
     type='DINO',
     backbone=dict(
-        type='DinoVim',
-        arch='base',
-        img_size=224,
-        patch_size=16,
         out_type='cls_token',  # the final-normed middle [CLS] token
         drop_path_rate=0.1),
     head=dict(

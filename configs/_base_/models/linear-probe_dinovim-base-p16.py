@@ -5,21 +5,16 @@
 # last checkpoint; point `model.backbone.init_cfg.checkpoint` elsewhere with
 # --cfg-options (for a file from tools/model_converters/extract_teacher.py also
 # set `model.backbone.init_cfg.prefix=None`).
-custom_imports = dict(imports=['mmdinomamba'], allow_failed_imports=False)
+_base_ = './dinovim-base-p16.py'
 
 num_blocks = 8  # n, the number of last blocks read out
 model = dict(
     type='ImageClassifier',
     backbone=dict(
-        type='DinoVim',
-        arch='base',
-        img_size=224,
-        patch_size=16,
         out_indices=list(range(-num_blocks, 0)),
         out_type='cls_token',
         feature_source='mixer',
         frozen_stages=24,
-        drop_path_rate=0.0,
         init_cfg=dict(
             type='Pretrained',
             checkpoint='work_dirs/dino_dinovim-base-p16_4xb48-amp-100e_in1k/'

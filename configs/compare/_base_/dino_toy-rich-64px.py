@@ -11,6 +11,7 @@ _base_ = [
     '../../_base_/datasets/toy-rich_dino-multicrop-64px.py',
     '../../_base_/schedules/dino_toy-adamw-coslr.py',
     '../../_base_/default_runtime.py',
+    './backbones_d192-l12-p8.py',
 ]
 
 data_root = 'data/toy_rich_compare'

@@ -12,6 +12,7 @@ _base_ = [
     '../../_base_/datasets/toy-rich_linear-probe-64px.py',
     '../../_base_/schedules/linear-probe_toy-sgd-coslr.py',
     '../../_base_/default_runtime.py',
+    './backbones_d192-l12-p8.py',
 ]
 
 data_root = 'data/toy_rich_compare'
@@ -21,11 +22,13 @@ num_classes = 12
 batch_size = 128
 max_epochs = 30
 # what each probe adds to its DINO config's backbone (_base_/backbones_*.py):
-# frozen, the last blocks read out, weights from the run's teacher
-# (`init_cfg=dict(probe_init_cfg, checkpoint=...)`)
+# frozen, the last blocks read out (`**probe_backbone`), weights from the run's
+# teacher (`init_cfg`, whose checkpoint the probe names)
 probe_backbone = dict(out_indices=list(range(-num_blocks, 0)), frozen_stages=12)
 probe_init_cfg = dict(type='Pretrained', prefix='teacher.backbone.')
 model = dict(
+    # the ImageNet probe's DinoVim-B gives way to the probe's own backbone
+    backbone=dict(_delete_=True, init_cfg=probe_init_cfg),
     neck=dict(in_channels=embed_dims * num_blocks),
     head=dict(num_classes=num_classes, in_channels=embed_dims * num_blocks))
 data_preprocessor = dict(num_classes=num_classes)

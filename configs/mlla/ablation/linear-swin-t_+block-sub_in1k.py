@@ -3,5 +3,5 @@
 # sub.py; docs/mlla.md has our counts.
 _base_ = [
     './_base_/models/linear-swin-t_+block-sub.py',
-    './_base_/mlla-recipe_32xb128-300e_in1k.py',
+    '../_base_/mlla-recipe_32xb128-300e_in1k.py',
 ]

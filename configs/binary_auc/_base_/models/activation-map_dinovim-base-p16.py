@@ -1,16 +1,10 @@
 # DinoVim-B as an ActivationMapModel: the prediction is the per-head cosine
 # similarity between the [CLS] token and every patch token of the last block
 # (24 heads of 32 channels), upsampled to the input size.
-custom_imports = dict(imports=['mmdinomamba'], allow_failed_imports=False)
+_base_ = '../../../_base_/models/dinovim-base-p16.py'
 
 model = dict(
     type='ActivationMapModel',
-    backbone=dict(
-        type='DinoVim',
-        arch='base',
-        img_size=224,
-        patch_size=16,
-        drop_path_rate=0.0),
     layer=-1,
     method='cosine',
     # every block through the final RMSNorm, so that other layers (layer=...)

@@ -1,10 +1,10 @@
-# What every ablation model trains with: ImageNet-1k at 224 px and MLLA's official
-# recipe in mmpretrain terms (configs/mlla/_base_/schedules/, 300 epochs of AdamW
+# What MLLA-T/S/B and every ablation model train with: ImageNet-1k at 224 px and
+# MLLA's official recipe in mmpretrain terms (./schedules/, 300 epochs of AdamW
 # at 4096 images per step, 32 GPUs x 128; see docs/mlla.md). MESA is not part of it.
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
-    '../../_base_/schedules/mlla_adamw-300e_bs4096.py',
-    '../../../_base_/default_runtime.py',
+    './schedules/mlla_adamw-300e_bs4096.py',
+    '../../_base_/default_runtime.py',
 ]
 
 train_dataloader = dict(batch_size=128)
