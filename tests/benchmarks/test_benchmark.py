@@ -450,6 +450,7 @@ def test_models_mode_measures_mlla_and_swin_under_bf16(bench):
         bench.build_model(dict(TINY_MLLA, rope_tables='cached'), 64)
 
 
+@pytest.mark.slow
 def test_models_mode_steps_a_compiled_mlla(bench):
     """The benchmark's bf16 steps on an MLLA under torch.compile (aot_eager: the
     forward and backward traced as Inductor gets them, without its slow CPU code
@@ -463,6 +464,7 @@ def test_models_mode_steps_a_compiled_mlla(bench):
     assert model._compiled_call_impl is not None
 
 
+@pytest.mark.slow
 def test_compile_scope_blocks_compiles_each_block_and_keeps_the_numbers(bench):
     """Regional compilation: exactly the blocks (the children of the innermost
     ModuleLists: each MLLA stage's ``blocks``) are compiled, the stages and the

@@ -1,4 +1,5 @@
 """The CPU thread default of the tools."""
+import pytest
 import torch
 
 from mmdinomamba.engine import default_cpu_threads, setup_cpu_threads
@@ -37,6 +38,7 @@ def test_hook_applies_the_default_before_the_run(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_every_shipped_runner_config_holds_the_hook():
     """Every leaf config that a Runner runs (it has a test loop) lists the hook
     under ``default_hooks``, so upstream tools (mmseg's train.py, ...) apply the

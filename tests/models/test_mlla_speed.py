@@ -158,6 +158,7 @@ def test_1024px_on_an_img_size_224_model_with_bf16_autocast():
                if p.grad is not None)
 
 
+@pytest.mark.slow
 def test_one_graph_under_torch_compile():
     """Training mode with stochastic depth on: dynamo traces the whole backbone
     (the stage tables included) as one graph."""
@@ -169,6 +170,7 @@ def test_one_graph_under_torch_compile():
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow
 def test_compiled_equals_eager():
     """aot_eager traces forward and backward as the compiler does (Inductor's code
     generation aside): the same outputs and gradients in float64."""

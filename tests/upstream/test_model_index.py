@@ -96,6 +96,7 @@ def build(name: str) -> torch.nn.Module:
     return mmpretrain.get_model(name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(MODELS))
 def test_every_model_builds_through_mmpretrain_with_its_parameter_count(name):
     """``mmpretrain.get_model(name)`` builds every record from its config (the
@@ -202,6 +203,7 @@ print('BUILT', type(mmpretrain.get_model('mlla-tiny_32xb128-300e_in1k')).__name_
     assert out['BUILT'] == ['ImageClassifier']
 
 
+@pytest.mark.slow
 def test_registration_happens_once():
     assert zoo.register_model_index() is False  # done on import
     from mmpretrain.apis import ModelHub
