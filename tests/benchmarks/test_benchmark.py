@@ -96,6 +96,7 @@ def test_profile_mode_splits_a_step_by_operator(bench, tmp_path):
         bench.profile_model(TINY, 32, 1, torch.device('cpu'), None, 'eval', 0, 1)
 
 
+@pytest.mark.slow
 def test_dino_step_runs_the_configs_training_step(bench):
     """The DINO step of a config, built through the registry, as the Runner runs it:
     it trains (the student's weights move, the teacher follows by EMA), and the
@@ -135,6 +136,7 @@ def test_dino_step_compiles_both_backbones_when_asked(bench):
                          graph=True, compile_mode='reduce-overhead')
 
 
+@pytest.mark.slow
 def test_dino_step_graphs_the_blocks_as_the_config_or_the_flag_says(bench):
     """As tools/train.py with CUDAGraphBlocksHook: both backbones switched to their
     graphed blocks (they run eagerly here, on the CPU); the row says so."""
@@ -423,6 +425,7 @@ def test_one_table_of_model_names(bench):
         bench.parse_args(['models', '--models', 'mlla-x'])
 
 
+@pytest.mark.slow
 def test_models_mode_measures_mlla_and_swin_under_bf16(bench):
     """MLLA and mmpretrain's Swin beside the baseline at two sizes under CPU bf16
     autocast, inference and training step; the RoPE table built in every mixer

@@ -85,6 +85,7 @@ def _switches(model):
             block.attn.extra_repr())
 
 
+@pytest.mark.slow
 def test_rows_differ_from_the_baseline_in_their_design_only():
     base = _switches(build('linear-swin-t_in1k')[1])
     for name in PAPER_PARAMS:

@@ -8,6 +8,7 @@ from tests.helpers.robustness_data import (constant_logit_checkpoint, expected_r
                               make_robustness_sets, write_tiny_configs)
 
 
+@pytest.mark.slow
 def test_runs_the_four_sets_and_prints_the_row(load_tool, tmp_path, capsys):
     tool = load_tool('tools/analysis/robustness.py')
     sets = make_robustness_sets(str(tmp_path / 'data'))
