@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from mmdinomamba.utils import write_atomic
+from mmdinomamba.utils import write_text_atomic
 from .figures import pyplot, save_figure
 
 __all__ = ['format_markdown', 'write_comparison_report']
@@ -233,14 +233,9 @@ def write_comparison_report(results: dict, out_dir: str, images: np.ndarray,
     paths = {name: osp.join(out_dir, name) for name in
              ('report.json', 'report.md') + FIGURES}
 
-    def text(path: str, content: str) -> None:
-        def write(tmp):
-            with open(tmp, 'w') as f:
-                f.write(content)
-        write_atomic(path, write)
-
-    text(paths['report.json'], json.dumps(_json_ready(results), indent=1))
-    text(paths['report.md'], format_markdown(results, title))
+    write_text_atomic(paths['report.json'],
+                      json.dumps(_json_ready(results), indent=1))
+    write_text_atomic(paths['report.md'], format_markdown(results, title))
     plot_auc_vs_depth(results, paths['auc_vs_depth.png'])
     if any(m['ranks'] for m in results['models']):
         plot_rank_vs_depth(results, paths['rank_vs_depth.png'])

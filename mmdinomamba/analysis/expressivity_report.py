@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from mmdinomamba.utils import write_atomic
+from mmdinomamba.utils import write_text_atomic
 from .expressivity import FAMILIES
 from .figures import pyplot, save_figure
 
@@ -331,14 +331,9 @@ def write_expressivity_report(results: dict, out_dir: str,
         'report.json', 'report.md', 'error_vs_seqlen.png',
         'block_error_vs_seqlen.png', 'error_vs_width.png', 'matrices.png')}
 
-    def text(path: str, content: str) -> None:
-        def write(tmp):
-            with open(tmp, 'w') as f:
-                f.write(content)
-        write_atomic(path, write)
-
-    text(paths['report.json'], json.dumps(_json_ready(results), indent=1))
-    text(paths['report.md'], format_markdown(results, title))
+    write_text_atomic(paths['report.json'],
+                      json.dumps(_json_ready(results), indent=1))
+    write_text_atomic(paths['report.md'], format_markdown(results, title))
     plot_error_vs_seqlen(results, paths['error_vs_seqlen.png'])
     plot_error_vs_seqlen(results, paths['block_error_vs_seqlen.png'], block=True)
     if not plot_error_vs_width(results, paths['error_vs_width.png']):

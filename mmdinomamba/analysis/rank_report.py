@@ -11,7 +11,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from mmdinomamba.utils import write_atomic
+from mmdinomamba.utils import write_text_atomic
 from .figures import pyplot, save_figure
 from .mixing_rank import RECORD_COLUMNS, SUMMARY_COLUMNS, RankReport
 
@@ -46,13 +46,6 @@ def format_table(summary: List[dict]) -> str:
             f"{s['offdiag_rank_max']} ({s['offdiag_rank_mean']:.1f}) | "
             f"{s['offdiag_bound_algebra']} | {paper} | {near_far} |")
     return '\n'.join(lines)
-
-
-def _write_text(path: str, text: str) -> None:
-    def write(tmp):
-        with open(tmp, 'w', newline='') as f:
-            f.write(text)
-    write_atomic(path, write)
 
 
 def _csv_text(rows: List[dict], columns: Sequence[str]) -> str:
@@ -191,12 +184,12 @@ def write_report(report: RankReport, out_dir: str, title: str = '') -> Dict[str,
                  table=osp.join(out_dir, 'mixer_rank.md'),
                  spectra_png=osp.join(out_dir, 'spectra.png'),
                  rank_png=osp.join(out_dir, 'rank_vs_layer.png'))
-    _write_text(paths['json'], json.dumps(
+    write_text_atomic(paths['json'], json.dumps(
         dict(meta=report.meta, summary=report.summary, records=report.records,
              spectra=report.spectra), indent=1))
-    _write_text(paths['summary_csv'], _csv_text(report.summary, SUMMARY_COLUMNS))
-    _write_text(paths['heads_csv'], _csv_text(report.records, RECORD_COLUMNS))
-    _write_text(paths['table'], format_table(report.summary) + '\n')
+    write_text_atomic(paths['summary_csv'], _csv_text(report.summary, SUMMARY_COLUMNS))
+    write_text_atomic(paths['heads_csv'], _csv_text(report.records, RECORD_COLUMNS))
+    write_text_atomic(paths['table'], format_table(report.summary) + '\n')
     plot_spectra(report, paths['spectra_png'], title)
     plot_rank_vs_layer(report, paths['rank_png'], title)
     return paths

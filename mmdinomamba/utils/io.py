@@ -77,6 +77,16 @@ def write_atomic(path: str, write: Callable[[str], None], prefix: str = '.tmp-')
         raise
 
 
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, newlines as given (no translation)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, 'w', newline='') as f:
+            f.write(text)
+
+    write_atomic(path, write)
+
+
 def dump_atomic(obj: Any, path: str) -> None:
     """Write ``obj`` to ``path`` (JSON for ``.json``, else pickle) atomically."""
 
