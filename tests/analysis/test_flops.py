@@ -200,7 +200,7 @@ def test_what_is_counted_per_model_kind():
                                          ('base', 16.11)])
 def test_official_mlla_gmacs_through_the_tool(size, paper, load_tool):
     """MLLA-T/S/B classifiers at 224 px against the official models' count
-    (torch.utils.flop_counter / 2 of the official code, ../shared/MLLA.md)."""
+    (torch.utils.flop_counter / 2 of the official code, measured on the official models/mlla.py)."""
     tool = load_tool('tools/analysis/get_flops.py')
     result = tool.main([osp.join(ROOT, 'configs', 'mlla',
                                  f'mlla-{size}_32xb128-300e_in1k.py')])

@@ -10,9 +10,8 @@ from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import official_layout, read_arch
 from tests.helpers import checkpoint_files
 from tests.helpers.converter_cli import assert_refused
+from tests.helpers.reference_data import MLLA, load_reference
 
-FIXTURE = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures',
-                   'official_mlla_small.pt')
 SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
              mlp_ratio=4.0)
 
@@ -24,7 +23,7 @@ def tool(load_tool):
 
 @pytest.fixture(scope='module')
 def official():
-    return torch.load(FIXTURE, weights_only=True)
+    return load_reference(MLLA)
 
 
 def classifier(**backbone):
@@ -62,7 +61,7 @@ def test_every_tensor_maps_to_exactly_one_of_ours(official, tool, rotations):
 
 
 def test_the_layout_is_the_official_classes(official):
-    """official_layout, written from MLLA.md's key table, equals the fixture's
+    """official_layout, written from the official key layout, equals the fixture's
     keys and shapes (the official class's state_dict, rotations aside)."""
     kept = without_rotations(official['state_dict'])
     layout = official_layout(**read_arch(kept))

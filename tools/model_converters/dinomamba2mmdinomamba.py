@@ -30,7 +30,8 @@ from typing import Dict, List
 import torch
 
 WRAPPER_PREFIXES = ('module.', 'backbone.')
-# the official layout (DESIGN.md): keys outside the blocks, and per block i
+# the official layout (github yangtiming/Dino-Mamba, models_vim.py): keys outside the
+# blocks, and per block i
 GLOBAL_KEYS = ('patch_embed.proj.weight', 'patch_embed.proj.bias', 'pos_embed',
                'cls_token', 'norm_f.weight')
 REGISTER_KEYS = ('pos_embed_cls', )
