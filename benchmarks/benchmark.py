@@ -47,6 +47,8 @@ Every timing but the loop's is the median over ``repeats`` timed runs of
 ``iters`` steps each, after ``warmup`` untimed steps, with the device
 synchronised around each run.
 """
+from __future__ import annotations  # annotations name torch types: not evaluated
+
 import argparse
 import contextlib
 import datetime
@@ -62,14 +64,26 @@ import time
 import traceback
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
-import torch
+# torch and the package: bound by load_runtime(), which parse_args() calls once the
+# arguments are parsed, so that --help answers at once (code that imports this file
+# to call its functions calls load_runtime() first)
+torch = graphed_blocks = dump_atomic = compile_submodules = None
+MLLA = DinoVim = LinearViT = None
+BACKENDS = resolve_backend = skip_kernels = ssd_scan = triton_available = None
 
-from mmdinomamba.engine import graphed_blocks
-from mmdinomamba.utils import dump_atomic
-from mmdinomamba.engine.hooks.compile_hook import compile_submodules
-from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
-from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
-                             triton_available)
+
+def load_runtime() -> None:
+    """Import torch and the package's parts this harness uses into its globals."""
+    global torch, graphed_blocks, dump_atomic, compile_submodules, MLLA, DinoVim, \
+        LinearViT, BACKENDS, resolve_backend, skip_kernels, ssd_scan, triton_available
+    import torch
+
+    from mmdinomamba.engine import graphed_blocks
+    from mmdinomamba.engine.hooks.compile_hook import compile_submodules
+    from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
+    from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
+                                 triton_available)
+    from mmdinomamba.utils import dump_atomic
 
 SIZES = ('tiny', 'small', 'base')
 # The names of every mode: backbones by their mmpretrain-style names (ALIASES adds
@@ -130,7 +144,8 @@ CLS_CONFIGS = {
     **{f'mlla-{a}': osp.join(REPO, 'configs', 'mlla', f'mlla-{a}_32xb128-300e_in1k.py')
        for a in SIZES},
 }
-AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'none': None}
+# --amp: the torch dtype's name (None: no autocast)
+AMP_DTYPES = {'bf16': 'bfloat16', 'fp16': 'float16', 'none': None}
 DROP_PATH_RATE = 0.1
 
 
@@ -1452,7 +1467,8 @@ COMPILE_MODES = ['default', 'reduce-overhead', 'max-autotune',
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--device',
+                        help='default: cuda when there is one, else cpu')
     parser.add_argument('--amp', choices=sorted(AMP_DTYPES),
                         help='autocast dtype (kernel mode: input dtype); default bf16, '
                         "none in host mode (on a CPU, bf16 matrix products time the "
@@ -1475,7 +1491,7 @@ def parse_args(argv=None):
                    help='one per size')
     m.add_argument('--modes', nargs='+', choices=['infer', 'train'],
                    default=['infer', 'train'])
-    m.add_argument('--ssd-backend', choices=BACKENDS, default='auto',
+    m.add_argument('--ssd-backend', default='auto', metavar='BACKEND',
                    help="DinoVim mixers' ssd_backend ('auto': fused Triton on CUDA)")
     m.add_argument('--baseline', type=model_name, choices=sorted(MODELS),
                    metavar='MODEL', default=BASELINE,
@@ -1540,8 +1556,10 @@ def parse_args(argv=None):
                    help="how the kernels are launched: 'fast' (the package's launcher) "
                    "and/or 'triton' (Triton's own path); each model under each")
     k = sub.add_parser('kernel', help='the SSD op alone')
-    k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
-                   default=['chunked', 'triton', 'mamba_ssm'])
+    k.add_argument('--backends', nargs='+', metavar='BACKEND',
+                   default=['chunked', 'triton', 'mamba_ssm'],
+                   help='SSD backends of mmdinomamba.ops.BACKENDS but auto '
+                   '(default: chunked triton mamba_ssm)')
     k.add_argument('--batch', type=int, default=128)
     k.add_argument('--seqlen', type=int, default=198)
     k.add_argument('--nheads', type=int, default=24)
@@ -1589,7 +1607,20 @@ def parse_args(argv=None):
     lp.add_argument('--config-dir', default=CONFIG_DIR,
                     help="where the DINO configs are (default: this checkout's "
                     'configs/dino)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    load_runtime()  # after parsing: --help and usage errors come at once
+    backends = {'ssd_backend': [getattr(args, 'ssd_backend', 'auto')],
+                'backends': [b for b in getattr(args, 'backends', None) or []]}
+    for option, names in backends.items():
+        allowed = BACKENDS if option == 'ssd_backend' else \
+            tuple(b for b in BACKENDS if b != 'auto')
+        for name in names:
+            if name not in allowed:
+                parser.error(f"argument --{option.replace('_', '-')}: invalid choice: "
+                             f"{name!r} (choose from {', '.join(map(repr, allowed))})")
+    if args.device is None:
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    return args
 
 
 def main(argv=None) -> dict:
@@ -1599,7 +1630,7 @@ def main(argv=None) -> dict:
         return main_loop(args)
     if args.amp is None:
         args.amp = 'none' if args.mode == 'host' else 'bf16'
-    amp = AMP_DTYPES[args.amp]
+    amp = getattr(torch, AMP_DTYPES[args.amp]) if AMP_DTYPES[args.amp] else None
     result = dict(mode=args.mode, environment=environment(device),
                   settings=dict(amp=args.amp, warmup=args.warmup, repeats=args.repeats,
                                 iters=args.iters), command=' '.join(sys.argv))

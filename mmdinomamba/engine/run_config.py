@@ -16,7 +16,6 @@ sets its ``end`` to ``train_cfg.max_epochs`` when it builds it, and a cosine
 without ``T_max`` spans ``end - begin``. The toy schedule fragments rely on this,
 so ``train_cfg.max_epochs`` alone sets their length.
 """
-import argparse
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
@@ -53,19 +52,6 @@ def parse_cfg_options(options: Sequence[str]) -> Dict[str, object]:
             raise ValueError(f'a config option must be KEY=VALUE, got {option!r}')
         parsed[key] = DictAction._parse_iterable(value)
     return parsed
-
-
-def add_config_args(parser: argparse.ArgumentParser) -> None:
-    """``--cfg-options KEY=VALUE ...`` (merged into the config) and ``--no-strict``
-    (a checkpoint may leave model tensors at their initial values)."""
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value (e.g. '
-        'model.backbone.arch=tiny train_dataloader.batch_size=8)')
-    parser.add_argument('--no-strict', action='store_true',
-                        help='let the checkpoint (load_from, or the one tested) '
-                        'leave model tensors uninitialised (they keep their initial '
-                        'values; default: refuse, naming them)')
 
 
 def _schedulers(cfg: Config) -> List[ConfigDict]:

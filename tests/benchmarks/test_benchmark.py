@@ -11,7 +11,9 @@ TOY_DINO = osp.join(osp.dirname(__file__), '..', '..', 'configs', 'dino',
 
 @pytest.fixture(scope='module')
 def bench(load_tool):
-    return load_tool('benchmarks/benchmark.py')
+    module = load_tool('benchmarks/benchmark.py')
+    module.load_runtime()  # what parse_args does once the arguments are parsed
+    return module
 
 
 TINY = dict(type='DinoVim', arch=dict(embed_dims=64, num_layers=2),

@@ -10,7 +10,8 @@ from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import official_layout, read_arch
 from tests.helpers import checkpoint_files
 from tests.helpers.converter_cli import assert_refused
-from tests.helpers.reference_data import MLLA, load_reference
+from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
+from tests.helpers.reference_data import load_reference
 
 SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
              mlp_ratio=4.0)
@@ -23,7 +24,7 @@ def tool(load_tool):
 
 @pytest.fixture(scope='module')
 def official():
-    return load_reference(MLLA)
+    return load_reference(MLLA_REFERENCE)
 
 
 def classifier(**backbone):

@@ -19,11 +19,6 @@ import argparse
 import sys
 from functools import partial
 
-from mmdinomamba.analysis.expressivity import FAMILIES, check_device
-from mmdinomamba.analysis.expressivity_report import write_expressivity_report
-from mmdinomamba.analysis.expressivity_sweep import (DEFAULT_GRIDS, Budget, Grid,
-                                                     plan_sweep, run_sweep)
-
 
 def _ints(text: str) -> tuple:
     try:
@@ -35,8 +30,9 @@ def _ints(text: str) -> tuple:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out-dir', required=True, help='report folder')
-    parser.add_argument('--families', nargs='+', default=list(FAMILIES),
-                        help=f'mixer families (default: all of {list(FAMILIES)})')
+    parser.add_argument('--families', nargs='+',
+                        help='mixer families (default: all of '
+                        'mmdinomamba.analysis.expressivity.FAMILIES)')
     parser.add_argument('--grid', nargs=4, action='append',
                         metavar=('TARGETS', 'SEQLENS', 'WIDTHS', 'HEADS'),
                         help='targets x sequence lengths x widths x heads, each a '
@@ -44,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--budget', nargs=3, type=int, action='append',
                         metavar=('MAX_SEQLEN', 'STEPS', 'RESTARTS'),
                         help='evaluations and restarts per fit up to MAX_SEQLEN '
-                        f'tokens; repeatable (default: {list(Budget().tiers)})')
+                        'tokens; repeatable (default: the tiers of '
+                        'mmdinomamba.analysis.expressivity_sweep.Budget)')
     parser.add_argument('--feature-dim', type=int, default=128,
                         help='width of the fixed token features')
     parser.add_argument('--seed', type=int, default=0)
@@ -70,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def grids_from_args(specs) -> tuple:
     """Grids from the ``--grid`` quadruples (``DEFAULT_GRIDS`` without any)."""
+    from mmdinomamba.analysis.expressivity_sweep import DEFAULT_GRIDS, Grid
     if not specs:
         return DEFAULT_GRIDS
     grids = []
@@ -82,6 +80,11 @@ def grids_from_args(specs) -> tuple:
 def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    from mmdinomamba.analysis.expressivity import FAMILIES, check_device
+    from mmdinomamba.analysis.expressivity_report import write_expressivity_report
+    from mmdinomamba.analysis.expressivity_sweep import Budget, plan_sweep, run_sweep
+    args.families = args.families or list(FAMILIES)
     try:
         check_device(args.device)
         grids = grids_from_args(args.grid)

@@ -15,17 +15,7 @@ metrics as JSON, atomically.
 import argparse
 import os.path as osp
 
-from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
-
-import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.utils import allow_mmengine_checkpoint_types, dump_atomic
-from mmdinomamba.evaluation.robustness import (PAPER_ROBUSTNESS, ROBUSTNESS_SETS,
-                                               format_table, robustness_config,
-                                               robustness_row)
-from mmdinomamba.zoo import canonical_name, config_path
-
-COLUMNS = [spec.column for spec in ROBUSTNESS_SETS]
+from mmengine.config import DictAction
 
 
 def parse_args(argv=None):
@@ -33,8 +23,9 @@ def parse_args(argv=None):
     parser.add_argument('model', help='model name, e.g. dinovim-base (or dinovim-b, '
                         'dinovim-base-p16); with --config-dir, the configs\' prefix')
     parser.add_argument('checkpoint', help='linear-probe checkpoint')
-    parser.add_argument('--sets', nargs='+', choices=COLUMNS, default=COLUMNS,
-                        help='columns to run (default: all four)')
+    parser.add_argument('--sets', nargs='+', metavar='SET',
+                        help='columns to run, of IN-Sketch, IN-A, IN-R and ReaL '
+                        '(default: all four)')
     parser.add_argument('--config-dir',
                         help='folder of the <model>_<set>.py configs (default: the '
                         'shipped configs/robustness)')
@@ -48,6 +39,10 @@ def parse_args(argv=None):
 
 def run_set(config: str, checkpoint: str, work_dir: str, cfg_options=None) -> dict:
     """``Runner.test()`` of one config with the probe checkpoint; its metrics."""
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    import mmdinomamba  # noqa: F401  (registers our classes)
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
@@ -60,6 +55,7 @@ def shipped_config_prefix(model: str) -> str:
     """The prefix of the shipped configs for a backbone name or alias
     (``dinovim-b`` -> ``dinovim-base-p16``); an unknown name is kept as it is, so
     that the missing config is reported with the known ones."""
+    from mmdinomamba.zoo import canonical_name
     try:
         name = canonical_name(model)
     except ValueError:
@@ -69,6 +65,17 @@ def shipped_config_prefix(model: str) -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    from mmdinomamba.evaluation.robustness import (PAPER_ROBUSTNESS, ROBUSTNESS_SETS,
+                                                   format_table, robustness_config,
+                                                   robustness_row)
+    from mmdinomamba.utils import allow_mmengine_checkpoint_types, dump_atomic
+    from mmdinomamba.zoo import config_path
+    columns = [spec.column for spec in ROBUSTNESS_SETS]
+    unknown = [name for name in args.sets or () if name not in columns]
+    if unknown:
+        raise ValueError(f'--sets: unknown set {unknown[0]!r}; the sets: {columns}')
+    args.sets = args.sets or columns
     if not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
     if args.config_dir is None:
@@ -82,11 +89,11 @@ def main(argv=None) -> dict:
     metrics = {column: run_set(config, args.checkpoint, osp.join(work_dir, column),
                                args.cfg_options)
                for column, config in configs.items()}
-    row = robustness_row([metrics.get(column) for column in COLUMNS])
+    row = robustness_row([metrics.get(column) for column in columns])
     excluded = metrics['ReaL']['real/excluded'] if 'ReaL' in metrics else None
     print(format_table(model, row, excluded))
     result = dict(model=model, checkpoint=args.checkpoint,
-                  columns=COLUMNS, row=row, paper=PAPER_ROBUSTNESS.get(model),
+                  columns=columns, row=row, paper=PAPER_ROBUSTNESS.get(model),
                   metrics=metrics)
     if args.out:
         dump_atomic(result, args.out)

@@ -27,8 +27,6 @@ import re
 from collections import OrderedDict
 from typing import Dict, List
 
-import torch
-
 WRAPPER_PREFIXES = ('module.', 'backbone.')
 # the official layout (github yangtiming/Dino-Mamba, models_vim.py): keys outside the
 # blocks, and per block i
@@ -51,7 +49,7 @@ def _some(keys: List[str], limit: int = 8) -> str:
     return ', '.join(keys[:limit]) + more
 
 
-def validate(state: Dict[str, torch.Tensor]) -> dict:
+def validate(state: Dict[str, 'torch.Tensor']) -> dict:
     """Check that ``state`` has the official Dino-Mamba backbone layout.
 
     Args:
@@ -93,7 +91,7 @@ def validate(state: Dict[str, torch.Tensor]) -> dict:
     return _check_shapes(state, len(layers))
 
 
-def _check_shapes(state: Dict[str, torch.Tensor], depth: int) -> dict:
+def _check_shapes(state: Dict[str, 'torch.Tensor'], depth: int) -> dict:
     """Shapes of the official layout, consistent over blocks (see :func:`validate`)."""
     bad = []
 
@@ -153,6 +151,7 @@ def convert(checkpoint: Dict, branch: str = 'teacher') -> 'OrderedDict[str, torc
     Returns:
         OrderedDict: backbone parameters with DinoVim's names.
     """
+    import torch  # here, so that --help answers without loading it
     if branch not in ('teacher', 'student'):
         raise ValueError(f"branch must be 'teacher' or 'student', got {branch!r}")
     if not isinstance(checkpoint, dict):
