@@ -497,7 +497,7 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
             specs.append(spec)
     start = time.time()
     results = compare_models(specs, bank, val, rank_images=args.rank_images,
-                             device=device, progress=sys.stdout.isatty(),
+                             device=device, progress=True,
                              map_methods=preset.map_methods,
                              layers=list(preset.layers) if preset.layers else None)
     pairs = [(f'{m.name}-dino', f'{m.name}-random') for m in models]

@@ -346,3 +346,19 @@ def test_cli_bad_inputs_exit_with_a_message(tmp_path, data, configs, load_tool):
     with pytest.raises(SystemExit, match='given twice'):
         tool.main(base + ['--model', 'v', configs['dinovim'], 'random',
                           '--model', 'v', configs['dinovim'], 'random'])
+
+
+def test_progress_without_a_terminal_is_a_line_per_quarter(data, configs, capsys):
+    """make demo's last step measured 2000 images for minutes without a word when
+    its output was not a terminal: progress is now a line at each quarter."""
+    _, _, val = data
+    backbone = load_model(ModelSpec('v', configs['linearvit']))
+    measure_backbone(backbone, val, [-1], with_maps=False, batch_size=2,
+                     progress=True, label='vit: held-out images')
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    n = len(val)
+    counts = [line.split(' [')[0].rsplit(' ', 1)[-1] for line in lines]
+    assert all(line.startswith('vit: held-out images ') for line in lines), lines
+    assert counts[-1] == f'{n}/{n}' and 4 <= len(lines) <= 5, lines
+    measure_backbone(backbone, val, [-1], with_maps=False, batch_size=2)
+    assert capsys.readouterr().out == ''  # progress=False stays silent
