@@ -201,8 +201,9 @@ def test_outside_references_are_caught(tmp_path):
     for number, form in enumerate(forms):
         path = tmp_path / f'{number}.txt'
         path.write_text(f'first line\nthe text {form} here\n')
+        found = OUTSIDE.search(form.encode()).group(0).decode()
         assert outside_references([str(path)]) == [
-            f'{osp.relpath(str(path), REPO)}:2: {OUTSIDE.search(form.encode()).group(0).decode()}']
+            f'{osp.relpath(str(path), REPO)}:2: {found}']
     binary = tmp_path / 'b.pt'
     binary.write_bytes(b'\x80\x02' + ('../' + 'shared/x').encode() + b'\x00')
     assert len(outside_references([str(binary)])) == 1

@@ -192,7 +192,8 @@ def build_parser(preset: Preset, root: str,
 
 
 def parse_command_line(preset: str, root: str, argv: Optional[Sequence[str]] = None,
-                       presets: Sequence[str] = ()) -> Tuple['Preset', argparse.Namespace]:
+                       presets: Sequence[str] = ()
+                       ) -> Tuple['Preset', argparse.Namespace]:
     """The chosen preset and the parsed ``argv`` (``--preset`` among ``presets``
     picks the defaults); bad values exit with argparse's usage error (status 2)."""
     if len(presets) > 1:

@@ -16,11 +16,9 @@ the same torch version write the same tensors.
 import argparse
 import copy
 import importlib.util
-import os
 import os.path as osp
 import subprocess
 import sys
-import tempfile
 
 DATA = osp.dirname(osp.abspath(__file__))
 # the small model: 4 stages 12/24/48/96 wide, 3 heads in the first two stages (a
@@ -155,20 +153,14 @@ def main(argv=None):
         cases.append(case)
     meta = dict(official_repo='github LeapLabTHU/MLLA',
                 official_commit=commit_of(args.official), official_file='models/mlla.py',
-                official_class='MLLA', torch=str(torch.__version__), timm=str(timm.__version__),
+                official_class='MLLA', torch=str(torch.__version__),
+                timm=str(timm.__version__),
                 device='cpu', dtype='float32', perturbation=PERTURBATION,
                 model_seed=MODEL_SEED, input_seed=INPUT_SEED, mode='eval',
                 script='tests/data/make_official_mlla.py')
     out = osp.abspath(args.out)
-    fd, tmp = tempfile.mkstemp(dir=osp.dirname(out), suffix='.tmp')
-    os.close(fd)
-    try:
-        torch.save(dict(config=dict(CONFIG), state_dict=state, cases=cases, meta=meta),
-                   tmp)
-        os.replace(tmp, out)
-    finally:
-        if osp.exists(tmp):
-            os.remove(tmp)
+    from mmdinomamba.utils import save_atomic  # nothing half-written on a failure
+    save_atomic(dict(config=dict(CONFIG), state_dict=state, cases=cases, meta=meta), out)
     print(f'wrote {out} ({osp.getsize(out) / 2**20:.2f} MiB; official commit '
           f'{meta["official_commit"][:7]}, torch {torch.__version__}, timm '
           f'{timm.__version__})')
