@@ -206,3 +206,26 @@ print(json.dumps(dict(times=times, loaded=sorted(m for m in sys.modules
     slow = {tool: t for tool, t in result['times'].items() if t > 2.0}
     assert not slow, f'--help took over 2 s: {slow}'
     assert wall < 2.0 * len(PY_TOOLS)
+
+
+@pytest.mark.parametrize('tool,argv,named', [
+    ('tools/make_toy_data.py', ['{tmp}/toy', '--style', 'fancy'], "'rich'"),
+    ('tools/make_toy_data.py', ['{tmp}/toy', '--formats', 'voc'], "'imagenet'"),
+    ('tools/analysis/compare_mixers.py',
+     ['--model', 'a', 'c.py', 'random', '--out-dir', '{tmp}/o', '--data-root', '{tmp}',
+      '--maps', 'gradcam'], "'attention'"),
+    ('benchmarks/benchmark.py', ['kernel', '--backends', 'cudnn'], "'chunked'"),
+    ('benchmarks/benchmark.py', ['models', '--ssd-backend', 'cudnn'], "'auto'"),
+])
+def test_choices_checked_after_parsing_are_usage_errors(tool, argv, named, tmp_path,
+                                                        load_tool, capsys):
+    """Choices that come from the package are checked once it is imported, after
+    parsing: still argparse's usage error (exit status 2) naming the choices, and
+    nothing written."""
+    module = load_tool(tool)
+    with pytest.raises(SystemExit) as exit_:
+        module.main([a.format(tmp=tmp_path) for a in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith('usage: ') and named in err, err
+    assert os.listdir(tmp_path) == []
