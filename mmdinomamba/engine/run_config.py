@@ -65,7 +65,9 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--no-strict', action='store_true',
                         help='let the checkpoint (load_from, or the one tested) '
                         'leave model tensors uninitialised (they keep their initial '
-                        'values; default: refuse, naming them)')
+                        'values; default: refuse, naming them); a tensor of another '
+                        'shape is refused either way, and so is scoring a backbone '
+                        'that the checkpoint does not fill at all')
 
 
 def _schedulers(cfg: Config) -> List[ConfigDict]:
