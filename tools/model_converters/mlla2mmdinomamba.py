@@ -18,6 +18,7 @@ import argparse
 
 from mmdinomamba.models.backbones.mlla_official import (convert, official_weights,
                                                         read_arch)
+from mmdinomamba.models.checkpoint import check_finite
 from mmdinomamba.utils import (UnsafeCheckpointError, load_official_checkpoint,
                                save_atomic)
 
@@ -35,6 +36,7 @@ def main(argv=None):
         weights, source = official_weights(load_official_checkpoint(args.src),
                                            args.ema)
         state = convert(weights)
+        check_finite(weights, f'{source!r} weights')  # nothing written if not
     except (FileNotFoundError, ValueError, UnsafeCheckpointError) as err:
         parser.error(f'{args.src}: {err}')
     arch = read_arch(weights)
