@@ -25,6 +25,11 @@ One rule for every way a backbone gets weights (``init_cfg=dict(type='Pretrained
 4. The tensors loaded must be finite: a NaN or an infinity fails, naming the
    file and the tensors.
 
+Other modules (mmpretrain's ViT, mmdet's and mmseg's backbones) get mmengine's
+``Pretrained`` initialiser, which ``import mmdinomamba`` replaces by
+:class:`CheckedPretrainedInit`: rules 3 and 4 for the shapes and finiteness, keys
+strict with ``strict=True`` (logged otherwise, as mmengine does).
+
 torch, mmengine and the package's leaf, :mod:`mmdinomamba.utils`, only.
 """
 import logging

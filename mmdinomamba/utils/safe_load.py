@@ -28,7 +28,9 @@ exactly these, data only:
 
 With them registered, upstream loaders (mmengine's ``load_checkpoint``,
 ``mmpretrain.get_model(pretrained=...)``, the inferencers) keep
-``weights_only=True`` and read the checkpoints ``tools/train.py`` writes.
+``weights_only=True`` and read the checkpoints ``tools/train.py`` writes. (The
+config text a checkpoint stores is data to the unpickler; what reads it as
+config is :mod:`mmdinomamba.utils.safe_config`.)
 :func:`load_checkpoint_file` is the loader of local files for mmengine's
 ``CheckpointLoader`` (``--resume``, ``load_from``, ``init_cfg``, ``tools/test.py``):
 a missing, empty or refused file fails naming the file, and an official
