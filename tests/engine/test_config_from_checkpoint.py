@@ -184,21 +184,25 @@ def test_resume_reads_meta_config_as_data(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_tool_resume_refuses_a_planted_config(tmp_path):
+def test_train_tool_resume_refuses_a_planted_config(tmp_path, toy_root):
     """``tools/train.py --resume`` on a file whose meta['config'] runs code: exit
     1, the refusal named, no marker."""
-    from tests.helpers.toy_training import TOY_CONFIG
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
+
+    from tests.helpers.toy_training import tiny_dino_config
+    cfg = tiny_dino_config(toy_root, str(tmp_path / 'work'), max_epochs=1,
+                           num_workers=0)
+    config = str(tmp_path / 'dino.py')
+    cfg.dump(config)
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        state = MODELS.build(Config.fromfile(TOY_CONFIG).model).state_dict()
+        state = MODELS.build(cfg.model).state_dict()
     marker = str(tmp_path / 'ran')
     path = str(tmp_path / 'epoch_1.pth')
     torch.save(dict(state_dict=state, meta=dict(
         epoch=1, iter=1, config=f'gpu_ids = {payload(marker)}\n')), path)
     proc = subprocess.run(
-        [sys.executable, osp.join(ROOT, 'tools/train.py'), TOY_CONFIG, '--resume', path,
-         '--work-dir', str(tmp_path / 'work')],
+        [sys.executable, osp.join(ROOT, 'tools/train.py'), config, '--resume', path],
         env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]
