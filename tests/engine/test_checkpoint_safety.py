@@ -173,12 +173,19 @@ def test_analysis_tools_refuse_attack_files(name, attack_files, load_tool, tmp_p
 
 @pytest.mark.parametrize('name', ATTACKS)
 def test_mmengine_and_torch_loaders_refuse_attack_files(name, attack_files):
-    """mmengine's load_checkpoint (init_cfg Pretrained of mmpretrain models) and a
-    plain torch.load (weights_only=True by default) after import mmdinomamba."""
+    """mmengine's load_checkpoint (init_cfg Pretrained of mmpretrain models),
+    mmpretrain.get_model(pretrained=) and a plain torch.load (weights_only=True
+    by default) after import mmdinomamba."""
     from mmengine.runner import load_checkpoint
+    from mmpretrain import get_model
     path, marker = attack_files[name]
     with pytest.raises(UnsafeCheckpointError, match=f'refusing to load {path}'):
         load_checkpoint(torch.nn.Linear(2, 2), path)
+    tiny = Config(dict(model=dict(type='ImageClassifier', backbone=dict(
+        type='DinoVim', arch=dict(embed_dims=16, num_layers=1), img_size=16,
+        patch_size=8, mixer_cfg=dict(d_state=4, headdim=8)))))
+    with pytest.raises(UnsafeCheckpointError, match=f'refusing to load {path}'):
+        get_model(tiny, pretrained=path)
     with pytest.raises(Exception, match='Weights only load failed'):
         torch.load(path)
     assert not osp.exists(marker)
