@@ -7,7 +7,7 @@ checkpoints also hold its message hub's ``HistoryBuffer`` and numpy values, so
 :func:`allow_mmengine_checkpoint_types` (run by ``import mmdinomamba``) admits
 exactly these, data only:
 
-- numpy arrays, dtypes and scalars of one-element numeric dtypes, each through a
+- numpy arrays, dtypes and scalars of plain numeric dtypes, each through a
   stand-in that checks what the file gives it: a dtype is built from its code
   (``'f8'``, ``'u4'``, ...) and its pickled state may set nothing but the byte
   order, an array's data must be exactly its shape's bytes, a scalar's its
@@ -125,7 +125,7 @@ def _history_buffer_statistic(owner: Any, name: Any):
             f'up HistoryBuffer.{{{",".join(HISTORY_BUFFER_STATISTICS)}}}')
 
 
-# numpy values in a checkpoint: one-element numeric dtypes in either byte order
+# numpy values in a checkpoint: plain numeric dtypes (no fields) in either byte order
 # (what HistoryBuffer's histories and numpy scalars use); object, string, void and
 # structured dtypes are never built
 NUMPY_DTYPE_CODES = re.compile(r'b1|[iu][1248]|f[248]|c(8|16)')
