@@ -3,9 +3,10 @@
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE] [--no-strict]
                          [--cfg-options k=v ...] [--launcher pytorch]
 
-The checkpoint must fill the model and be finite (``StrictLoadHook``;
-``--no-strict`` allows missing tensors, which keep their initial values), and the
-test data must fit the model (see :mod:`mmdinomamba.engine.run_checks`).
+The checkpoint must fit and fill the model and be finite (``StrictLoadHook``:
+a tensor of another shape is refused and nothing is loaded; ``--no-strict`` allows
+missing tensors, which keep their initial values, but never scores a backbone
+the checkpoint does not fill at all), and the test data must fit the model (see :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
 import os
@@ -69,7 +70,7 @@ def main():
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(StrictLoadHook(strict=not args.no_strict))
+    runner.register_hook(StrictLoadHook(strict=not args.no_strict, evaluation=True))
     build_checked_loop(runner, 'test')  # named errors for data that cannot be tested
     metrics = runner.test()
     if args.out:

@@ -6,8 +6,9 @@
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
 classes are registered. The run holds the work_dir's lock (one run per work_dir),
-a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
-allows missing tensors), and the data is checked before training starts (see
+a ``load_from`` or ``--resume`` checkpoint must fit and fill the model and be
+finite (a tensor of another shape is refused; ``--no-strict`` allows missing
+tensors), and the data is checked before training starts (see
 :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse

@@ -414,11 +414,10 @@ def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
     if spec.probe_config is None or spec.probe_checkpoint is None:
         raise ValueError(f'model {spec.name!r}: a probe needs both probe_config and '
                          'probe_checkpoint')
-    from mmengine.runner import load_checkpoint
     from mmpretrain.registry import MODELS
 
     import mmdinomamba  # noqa: F401  registers our classes into mmpretrain
-    from mmdinomamba.utils import allow_mmengine_checkpoint_types
+    from mmdinomamba.utils import allow_mmengine_checkpoint_types, load_checkpoint_file
     cfg = _config(spec.probe_config, f'model {spec.name!r}: probe').model
     cfg.backbone.pop('init_cfg', None)
     cfg.pop('data_preprocessor', None)
@@ -426,11 +425,15 @@ def probe_hits(spec: ModelSpec, split: ImageSplit, batch_size: int = 32,
     if not osp.isfile(spec.probe_checkpoint):
         raise FileNotFoundError(f'model {spec.name!r}: probe checkpoint '
                                 f'{spec.probe_checkpoint!r} does not exist')
+    from mmdinomamba.models.checkpoint import (checkpoint_state_dict,
+                                               load_model_state)
     allow_mmengine_checkpoint_types()
-    try:
-        load_checkpoint(model, spec.probe_checkpoint, map_location='cpu',
-                        strict=True, logger='silent')
-    except RuntimeError as err:
+    try:  # shapes, keys and finiteness checked; nothing loaded if one fails
+        checkpoint = load_checkpoint_file(spec.probe_checkpoint, map_location='cpu')
+        load_model_state(model, checkpoint_state_dict(checkpoint,
+                                                      spec.probe_checkpoint),
+                         strict=True, source=spec.probe_checkpoint)
+    except (RuntimeError, ValueError) as err:
         raise ValueError(f'model {spec.name!r}: probe checkpoint '
                          f'{spec.probe_checkpoint} does not fit {spec.probe_config}: '
                          f'{err}') from err

@@ -7,9 +7,7 @@
 - :func:`set_num_workers`: the data workers of every one of those loaders;
 - :func:`amp_twin` / :data:`AMP_WRAPPERS`: an optimizer wrapper and its
   mixed-precision twin;
-- :func:`parse_cfg_options`: ``KEY=VALUE`` strings as ``--cfg-options`` reads them;
-  :func:`add_config_args`: the options ``tools/train.py`` and ``tools/test.py``
-  both take about the config and the checkpoint.
+- :func:`parse_cfg_options`: ``KEY=VALUE`` strings as ``--cfg-options`` reads them.
 
 A scheduler of an epoch-based run that has no ``end`` ends with the run: mmengine
 sets its ``end`` to ``train_cfg.max_epochs`` when it builds it, and a cosine
@@ -21,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 
 from mmengine.config import Config, ConfigDict, DictAction
 
-__all__ = ['AMP_WRAPPERS', 'add_config_args', 'amp_twin', 'parse_cfg_options',
+__all__ = ['AMP_WRAPPERS', 'amp_twin', 'parse_cfg_options',
            'set_data_root', 'set_num_workers', 'set_run_length']
 
 # each optimizer wrapper and its mixed-precision twin

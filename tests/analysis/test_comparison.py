@@ -362,3 +362,37 @@ def test_progress_without_a_terminal_is_a_line_per_quarter(data, configs, capsys
     assert counts[-1] == f'{n}/{n}' and 4 <= len(lines) <= 5, lines
     measure_backbone(backbone, val, [-1], with_maps=False, batch_size=2)
     assert capsys.readouterr().out == ''  # progress=False stays silent
+
+
+def test_probe_checkpoint_must_fit_the_probe(tmp_path, configs, data):
+    """The comparison's probe is filled strictly: a head of another shape or a NaN
+    is refused naming the file and the tensor, before anything is scored."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS as CLS_MODELS
+
+    from mmdinomamba.analysis.comparison import probe_hits
+    _, _, val = data
+    probe = dict(type='ImageClassifier', backbone=MODELS['dinovim'],
+                 head=dict(type='LinearClsHead', num_classes=3, in_channels=32))
+    config = str(tmp_path / 'probe.py')
+    with open(config, 'w') as f:
+        f.write(f'model = {probe!r}\n')
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        state = CLS_MODELS.build(probe).state_dict()
+    files = {'ok': state,
+             'wide': dict(state, **{'head.fc.weight': torch.zeros(4, 32),
+                                    'head.fc.bias': torch.zeros(4)}),
+             'nan': dict(state, **{'head.fc.bias': torch.full((3, ), float('nan'))})}
+    for name, checkpoint in files.items():
+        torch.save(dict(state_dict=checkpoint), tmp_path / f'{name}.pth')
+    hits = probe_hits(ModelSpec('a', configs['dinovim'], probe_config=config,
+                                probe_checkpoint=str(tmp_path / 'ok.pth')), val)
+    assert hits.shape == (len(val), )
+    for name, message in (('wide', r'head\.fc\.weight: \(4, 32\) vs \(3, 32\)'),
+                          ('nan', r'1 tensors hold NaN or infinite values: '
+                           r'head\.fc\.bias')):
+        path = str(tmp_path / f'{name}.pth')
+        with pytest.raises(ValueError, match=f'probe checkpoint {path} does not fit '
+                           f'{config}: .*{message}'):
+            probe_hits(ModelSpec('a', configs['dinovim'], probe_config=config,
+                                 probe_checkpoint=path), val)

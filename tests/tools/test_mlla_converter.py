@@ -128,6 +128,9 @@ def damaged(official, change):
         state['layers.1.blocks.0.attn.gate.weight'] = torch.ones(3)
     elif change == 'shape':
         state['layers.2.blocks.1.dwc.weight'] = torch.ones(48, 1, 5, 5)
+    elif change == 'nan':
+        state['layers.1.blocks.0.cpe2.bias'] = torch.full_like(
+            state['layers.1.blocks.0.cpe2.bias'], float('nan'))
     return state
 
 
@@ -146,6 +149,9 @@ WRONG = {
     'wrong shape': (lambda official: damaged(official, 'shape'),
                     ['layers.2.blocks.1.dwc.weight (48, 1, 5, 5), expected '
                      '(48, 1, 3, 3)']),
+    'non-finite': (lambda official: damaged(official, 'nan'),
+                   ['1 tensors hold NaN or infinite values: '
+                    'layers.1.blocks.0.cpe2.bias']),
     'pickled object': (lambda official: dict(model=official['state_dict'],
                                              config=NotATensor()),
                        ['refusing to load', 'NotATensor', 'which are not data']),

@@ -207,10 +207,12 @@ def main(argv=None):
         checkpoint = load_official_checkpoint(args.src)
     except (UnsafeCheckpointError, ValueError) as err:
         parser.error(str(err))
+    from mmdinomamba.models.checkpoint import check_finite
     try:
         state = convert(checkpoint, 'student' if args.student else 'teacher')
+        check_finite(state, args.src)  # nothing written for a diverged file
     except (KeyError, ValueError) as err:
-        parser.error(f'{args.src}: {err}')
+        parser.error(f'{args.src}: {err}' if args.src not in str(err) else str(err))
     layout = validate(state)
     save_atomic(state, args.dst)
     print(f'{len(state)} tensors written to {args.dst} (DinoVim: embed_dims '

@@ -34,12 +34,14 @@ def main(argv=None):
                         help='convert state_dict_ema (the model EMA) instead of model')
     args = parser.parse_args(argv)
     from mmdinomamba.models.backbones.mlla_official import official_weights, read_arch
+    from mmdinomamba.models.checkpoint import check_finite
     from mmdinomamba.utils import (UnsafeCheckpointError, load_official_checkpoint,
                                    save_atomic)
     try:
         weights, source = official_weights(load_official_checkpoint(args.src),
                                            args.ema)
         state = convert(weights)
+        check_finite(weights, f'{source!r} weights')  # nothing written if not
     except (FileNotFoundError, ValueError, UnsafeCheckpointError) as err:
         parser.error(f'{args.src}: {err}')
     arch = read_arch(weights)
