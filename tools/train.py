@@ -5,7 +5,8 @@
 
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
-classes are registered. The run holds the work_dir's lock (one run per work_dir),
+classes are registered. The run holds the lock of every folder it writes (one
+run per work_dir and per checkpoint out_dir),
 a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
 allows missing tensors), and the data is checked before training starts (see
 :mod:`mmdinomamba.engine.run_checks`).
@@ -23,7 +24,7 @@ from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, add_config_args,
                                 add_launcher_args, amp_twin, build_checked_loop,
                                 check_config_keys, check_pretrained_checkpoints,
                                 check_resume_checkpoint, export_local_rank,
-                                find_resume_checkpoint, set_work_dir,
+                                find_resume_checkpoint, run_folders, set_work_dir,
                                 setup_cpu_distributed, setup_cpu_threads,
                                 teardown_distributed)
 
@@ -99,7 +100,8 @@ def main():
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     with ExitStack() as stack:
         if is_first_process():
-            stack.enter_context(WorkDirLock(cfg.work_dir))  # one run per work_dir
+            # one run per work_dir and per checkpoint out_dir
+            stack.enter_context(WorkDirLock(*run_folders(cfg)))
         setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
         runner = Runner.from_cfg(cfg)
         runner.register_hook(StrictLoadHook(strict=not args.no_strict))
