@@ -10,6 +10,9 @@ FAULT is one of
                    half of the bytes, fsync, then SIGKILL itself;
   raise-in-write   during the N-th checkpoint file write, write half of the bytes,
                    then raise OSError (a full disk): the run ends with a traceback;
+  kill-in-val      SIGKILL itself in the N-th validation of this process, after
+                   its first batch (the checkpoint it follows is written, its
+                   metrics and best checkpoint are not);
   nan-at-iter      before training iteration N, put a NaN into the first parameter
                    of the model's backbone, with the backbones' own finiteness
                    checks off, as they are on CUDA.
@@ -24,7 +27,8 @@ from mmengine.fileio import LocalBackend
 from mmengine.runner import Runner
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write', 'nan-at-iter')
+FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write', 'kill-in-val',
+          'nan-at-iter')
 
 
 def die():
@@ -53,6 +57,18 @@ def install(fault: str, n: int) -> None:
             call_hook(self, fn_name, **kwargs)
 
         Runner.call_hook = poisoning_call_hook
+        return
+    if fault == 'kill-in-val':
+        call_hook, validations = Runner.call_hook, []
+
+        def killing_call_hook(self, fn_name, **kwargs):
+            call_hook(self, fn_name, **kwargs)
+            if fn_name == 'before_val':
+                validations.append(1)
+            elif fn_name == 'after_val_iter' and len(validations) == n:
+                die()
+
+        Runner.call_hook = killing_call_hook
         return
     if fault == 'kill-after-iter':
         call_hook, done = Runner.call_hook, []
