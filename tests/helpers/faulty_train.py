@@ -14,8 +14,11 @@ FAULT is one of
                    its first batch (the checkpoint it follows is written, its
                    metrics and best checkpoint are not);
   nan-at-iter      before training iteration N, put a NaN into the first parameter
-                   of the model's backbone, with the backbones' own finiteness
-                   checks off, as they are on CUDA.
+                   of the model's backbone (the ops' own finiteness checks as
+                   they are: on, on the CPU);
+  nan-at-iter-unchecked  the same with the ops' own checks off, as they are on
+                   CUDA (what reaches the checkpoint hook without
+                   NonFiniteStopHook).
 """
 import os
 import os.path as osp
@@ -28,7 +31,7 @@ from mmengine.runner import Runner
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write', 'kill-in-val',
-          'nan-at-iter')
+          'nan-at-iter', 'nan-at-iter-unchecked')
 
 
 def die():
@@ -36,15 +39,14 @@ def die():
 
 
 def install(fault: str, n: int) -> None:
-    if fault == 'nan-at-iter':
-        import importlib
-
+    if fault.startswith('nan-at-iter'):
         import torch
 
         from mmdinomamba.engine.hooks.utils import unwrap_model
+        from mmdinomamba.ops import set_finite_checks
 
-        # the ops' own finiteness check off, as it is on CUDA
-        importlib.import_module('mmdinomamba.ops.backend')._check_finite = lambda t: False
+        if fault == 'nan-at-iter-unchecked':
+            set_finite_checks(False)
         call_hook, started = Runner.call_hook, []
 
         def poisoning_call_hook(self, fn_name, **kwargs):
