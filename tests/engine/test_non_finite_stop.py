@@ -307,3 +307,41 @@ def test_without_the_hook_the_checkpoint_hook_refuses_nan_weights(toy_root, tmp_
     assert not osp.exists(tmp_path / 'epoch_2.pth')
     assert all_finite(tmp_path / 'epoch_1.pth')
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('mode', ['eager', 'graphs', 'compile'])
+def test_on_cuda_the_hook_watches_eager_graphed_and_compiled_blocks(mode):
+    """On CUDA, with the blocks replayed from CUDA graphs or compiled: finite steps
+    pass (the watchers record nothing into a capture or a trace), and a NaN weight
+    is reported with its layer and cause."""
+    from mmdinomamba.engine.graphed_blocks import graph_blocks
+    model = TinyDinoVimClassifier().cuda()
+    if mode == 'graphs':
+        graph_blocks(model)
+    elif mode == 'compile':
+        model.backbone.compile()
+    runner = one_step_runner(model, f'non-finite-cuda-{mode}')
+    hook = NonFiniteStopHook()
+    hook.before_train(runner)
+    x = torch.rand(2, 3, 32, 32, device='cuda')
+
+    def step():
+        hook.before_train_iter(runner, 0)
+        loss = model(x)
+        loss.backward()
+        runner.optim_wrapper.step()
+        runner.optim_wrapper.zero_grad()
+        hook.after_train_iter(runner, 0, outputs=dict(loss=loss.detach()))
+
+    try:
+        for _ in range(3):  # warm-up, capture or compile, replays
+            step()
+        with torch.no_grad():
+            model.backbone.patch_embed.proj.weight.view(-1)[0] = float('nan')
+        with pytest.raises(FloatingPointError,
+                           match=r'Layer: backbone\.patch_embed\.proj; likely '
+                           r'cause: its weights were already non-finite'):
+            step()
+    finally:
+        hook.after_train(runner)

@@ -67,8 +67,10 @@ class NonFiniteStopHook(Hook):
     - the weights when the iteration starts (one multi-tensor kernel per dtype);
     - the outputs of the watched layers (:func:`watched_layers`: the data
       preprocessor, the backbone and its blocks, the neck, the head and its
-      layers), in the order they complete; not inside ``torch.compile``d
-      modules nor CUDA-graph replays, which then count as one layer;
+      layers), in the order they complete: one reduction kernel each (the
+      largest magnitude), looked at only when the iteration failed; not inside
+      ``torch.compile``d modules nor CUDA-graph replays, which then count as one
+      layer;
     - the losses: every value the model returns for logging (``loss`` and its
       parts);
     - the gradients the optimizer steps with: an optimizer step pre-hook flags
@@ -108,7 +110,9 @@ class NonFiniteStopHook(Hook):
         self._preprocessor: Optional[nn.Module] = None
         self._steps: List[Tuple[List[nn.Parameter], Tensor]] = []  # (params, flags)
         self._layers: List[Tuple[str, nn.Module]] = []
-        self._outputs: List[Tuple[int, Tensor]] = []  # (layer index, all finite)
+        # (layer index, the largest magnitude of each of its output tensors): read
+        # only when the iteration failed
+        self._outputs: List[Tuple[int, List[Tensor]]] = []
         self._weights: Optional[Tuple[Tensor, List[int]]] = None
         self._watching = False
         self._op_checks = True
@@ -127,8 +131,12 @@ class NonFiniteStopHook(Hook):
             if not self._watching or _tracing():
                 return
             tensors = _floating(output, [])
-            if tensors:
-                self._outputs.append((index, finite_flags(tensors)[0].all()))
+            if len(tensors) == 1:  # one kernel: the largest magnitude (NaN-propagating)
+                self._outputs.append((index, [torch.linalg.vector_norm(
+                    tensors[0], float('inf'))]))
+            elif tensors:  # one multi-tensor kernel per dtype
+                self._outputs.append((index, torch._foreach_norm(tensors,
+                                                                 float('inf'))))
         return watch
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
@@ -199,7 +207,8 @@ class NonFiniteStopHook(Hook):
                         f'{"s" if len(stale) > 1 else ""} in all): an earlier update '
                         'overflowed, or the weights were loaded so (check the '
                         'checkpoint or init_cfg, lower the learning rate)')
-        first = next((i for i, ok in self._outputs if not bool(ok)), None)
+        first = next((i for i, norms in self._outputs
+                      if not all(bool(torch.isfinite(n)) for n in norms)), None)
         if first is not None:
             name, module = self._layers[first]
             if module is self._preprocessor:
