@@ -61,6 +61,9 @@ class TwoLayers(nn.Module):
     def forward(self, x):
         return self.fc2(self.fc1(self.data_preprocessor(x)))
 
+    def train_step(self, x):  # what the hook wraps (as mmengine's BaseModel's)
+        return self(x)
+
 
 def one_step_runner(model, name):
     """A runner stand-in for the hook's one-step tests."""
@@ -87,7 +90,7 @@ def step():
             with torch.no_grad():
                 poison(model)
         hook.before_train_iter(runner, 0)
-        out = model(torch.ones(2, 3) if x is None else x).sum()
+        out = model.train_step(torch.ones(2, 3) if x is None else x).sum()
         out.backward()
         if grad is not None:
             model.fc2.weight.grad[0, 1] = grad
@@ -172,6 +175,9 @@ class TinyDinoVimClassifier(nn.Module):
         feats = self.backbone(self.data_preprocessor(x))[-1]
         return self.head(feats.reshape(feats.shape[0], -1)[:, :32]).square().mean()
 
+    def train_step(self, x):  # what the hook wraps (as mmengine's BaseModel's)
+        return self(x)
+
 
 def dinovim_step(poison):
     """One CPU training step of TinyDinoVimClassifier through the hook, with
@@ -184,7 +190,7 @@ def dinovim_step(poison):
         poison(model)
     try:
         hook.before_train_iter(runner, 0)
-        loss = model(torch.rand(2, 3, 32, 32))
+        loss = model.train_step(torch.rand(2, 3, 32, 32))
         loss.backward()
         runner.optim_wrapper.step()
         with pytest.raises(FloatingPointError) as error:
@@ -213,6 +219,27 @@ def test_on_the_cpu_the_hook_reports_what_the_ops_would_raise():
     # the ops' checks are on again after the iteration
     with torch.no_grad(), pytest.raises(ValueError, match='contains NaN or Inf'):
         model(torch.rand(2, 3, 32, 32))
+
+
+def test_the_ops_checks_are_on_again_after_a_step_that_raised():
+    """The ops' checks are off inside train_step only, whatever ends it."""
+    from mmdinomamba.ops import backend
+    model = TwoLayers()
+    seen = []
+
+    def broken(x):
+        seen.append(backend._FINITE_CHECKS[0])
+        raise RuntimeError('a broken batch')
+
+    model.train_step = broken
+    runner = one_step_runner(model, 'non-finite-raise')
+    hook = NonFiniteStopHook()
+    hook.before_train(runner)
+    with pytest.raises(RuntimeError, match='a broken batch'):
+        runner.model.train_step(torch.ones(2, 3))
+    assert seen == [False] and backend._FINITE_CHECKS[0]
+    hook.after_train(runner)
+    assert model.train_step is broken  # the model's own back
 
 
 def test_a_nan_made_in_the_last_block_is_named():
@@ -328,7 +355,7 @@ def test_on_cuda_the_hook_watches_eager_graphed_and_compiled_blocks(mode):
 
     def step():
         hook.before_train_iter(runner, 0)
-        loss = model(x)
+        loss = model.train_step(x)
         loss.backward()
         runner.optim_wrapper.step()
         runner.optim_wrapper.zero_grad()

@@ -84,10 +84,10 @@ class NonFiniteStopHook(Hook):
     the likely cause: weights already non-finite when the iteration started, a
     non-finite input batch, a forward pass that overflowed in that layer, a loss
     that is non-finite from finite outputs, or a backward pass that overflowed.
-    While training iterations run, the ops' own finiteness errors (CPU tensors:
-    :func:`~mmdinomamba.ops.check_finite`) are off, so that this report is the
-    one a run gets on the CPU as on CUDA; they are on again for validation and
-    after training.
+    While the model's ``train_step`` runs, the ops' own finiteness errors (CPU
+    tensors: :func:`~mmdinomamba.ops.check_finite`) are off, so that this report
+    is the one a run gets on the CPU as on CUDA; they are on again after each
+    step, however it ends (validation and other calls keep them).
 
     The check runs before the logger and the checkpoint hooks (priority
     ``ABOVE_NORMAL``), so no checkpoint of the broken iteration is written and no
@@ -115,7 +115,7 @@ class NonFiniteStopHook(Hook):
         self._outputs: List[Tuple[int, List[Tensor]]] = []
         self._weights: Optional[Tuple[Tensor, List[int]]] = None
         self._watching = False
-        self._op_checks = True
+        self._wrapped: Optional[Tuple[nn.Module, object]] = None
 
     def before_train(self, runner) -> None:
         model = unwrap_model(runner.model)
@@ -123,6 +123,24 @@ class NonFiniteStopHook(Hook):
         self._names = {id(p): (i, name) for i, (name, p) in enumerate(self._params)}
         self._layers = watched_layers(model)
         self._preprocessor = getattr(model, 'data_preprocessor', None)
+        self._wrap_train_step(runner.model)
+
+    def _wrap_train_step(self, model: nn.Module) -> None:
+        """Run ``model.train_step`` with the ops' own finiteness checks off (and
+        on again however it ends, an exception included)."""
+        step = getattr(model, 'train_step', None)
+        if step is None:
+            return
+
+        def train_step(*args, **kwargs):
+            previous = set_finite_checks(False)
+            try:
+                return step(*args, **kwargs)
+            finally:
+                set_finite_checks(previous)
+
+        self._wrapped = (model, model.__dict__.get('train_step'))
+        model.train_step = train_step
         self._handles += [module.register_forward_hook(self._watcher(i))
                           for i, (_, module) in enumerate(self._layers)]
 
@@ -152,7 +170,6 @@ class NonFiniteStopHook(Hook):
         self._steps, self._outputs = [], []
         self._weights = finite_flags([p.detach() for _, p in self._params]) \
             if self._params else None
-        self._op_checks = set_finite_checks(False)
         self._watching = True
 
     def _record(self, optimizer, args, kwargs) -> None:
@@ -165,7 +182,6 @@ class NonFiniteStopHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs: Optional[dict] = None) -> None:
         self._watching = False
-        set_finite_checks(self._op_checks)
         losses = {k: v.detach() for k, v in (outputs or {}).items()
                   if torch.is_tensor(v) and v.is_floating_point()}
         plain = [f'{k}={v}' for k, v in (outputs or {}).items()
@@ -254,6 +270,12 @@ class NonFiniteStopHook(Hook):
         return message
 
     def after_train(self, runner) -> None:
+        if self._wrapped is not None:
+            model, own = self._wrapped
+            del model.train_step  # the class's method again
+            if own is not None:
+                model.train_step = own
+            self._wrapped = None
         for handle in self._handles + self._step_hooks:
             handle.remove()
         self._handles, self._step_hooks = [], []
