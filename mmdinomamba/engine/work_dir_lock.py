@@ -27,7 +27,7 @@ import os
 import os.path as osp
 import socket
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from mmengine.logging import print_log
 
@@ -141,14 +141,24 @@ class WorkDirLock:
     def acquire(self) -> None:
         """Take every lock, or raise :class:`WorkDirLockedError` naming the holder
         (and hold none)."""
+        stale: Dict[str, List[str]] = {}  # a gone run's lock file text -> paths
         try:
             for path in self.paths:
-                self._fds.append(self._take(path))
+                fd, holder = self._take(path)
+                self._fds.append(fd)
+                if holder:
+                    stale.setdefault(holder, []).append(path)
         except BaseException:
             self.release()
             raise
+        for holder, paths in stale.items():  # one line for each run that is gone
+            print_log(f'taking over the stale lock {", ".join(paths)} of a run that is '
+                      f'gone ({_describe(holder)})', logger='current',
+                      level=logging.WARNING)
 
-    def _take(self, path: str) -> int:
+    def _take(self, path: str) -> Tuple[int, str]:
+        """Lock ``path``: its fd and what it held before (a gone run's record, or
+        '')."""
         folder = osp.dirname(path)
         os.makedirs(folder, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -160,16 +170,13 @@ class WorkDirLock:
             raise WorkDirLockedError(_busy(path, holder)) from None
         _HELD.add(fd)
         stale = _read(fd)
-        if stale:
-            print_log(f'taking over the stale lock {path} of a run that is gone '
-                      f'({_describe(stale)})', logger='current', level=logging.WARNING)
         me = dict(pid=os.getpid(), pgid=os.getpgid(0), host=socket.gethostname(),
                   started=datetime.datetime.now().isoformat(timespec='seconds'),
                   argv=sys.argv)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         os.fsync(fd)
-        return fd
+        return fd, stale
 
     def release(self) -> None:
         """Empty the lock files (a clean end leaves nothing stale) and unlock."""

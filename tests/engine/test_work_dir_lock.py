@@ -51,6 +51,23 @@ def test_a_stale_lock_is_taken_over_with_a_log_line(tmp_path, monkeypatch):
         assert len(messages) == 1  # a clean release leaves nothing to take over
 
 
+def test_a_gone_runs_locks_of_several_folders_are_taken_over_in_one_line(
+        tmp_path, monkeypatch):
+    messages = []
+    monkeypatch.setattr(lock_module, 'print_log',
+                        lambda msg, **kwargs: messages.append(msg))
+    gone = dict(pid=999999, host='elsewhere', started='2026-01-01T00:00:00',
+                argv=['tools/train.py', 'cfg.py'])
+    for folder in ('work', 'ckpt'):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / '.lock').write_text(json.dumps(gone))
+    with WorkDirLock(str(tmp_path / 'work'), str(tmp_path / 'ckpt')):
+        assert messages == [
+            f'taking over the stale lock {tmp_path / "work" / ".lock"}, '
+            f'{tmp_path / "ckpt" / ".lock"} of a run that is gone (pid 999999 on host '
+            'elsewhere, started 2026-01-01T00:00:00: tools/train.py cfg.py)']
+
+
 def test_a_second_lock_in_one_process_is_refused(tmp_path):
     with WorkDirLock(str(tmp_path)):
         with pytest.raises(WorkDirLockedError, match='is in use by another training'):
