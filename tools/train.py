@@ -5,10 +5,11 @@
 
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
-classes are registered. The run holds the work_dir's lock (one run per work_dir),
-a ``load_from`` or ``--resume`` checkpoint must fit and fill the model and be
-finite (a tensor of another shape is refused; ``--no-strict`` allows missing
-tensors), and the data is checked before training starts (see
+classes are registered. The run holds the lock of every folder it writes (one
+run per work_dir and per checkpoint out_dir), a ``load_from`` or ``--resume``
+checkpoint must fit and fill the model and be finite (a tensor of another shape is
+refused; ``--no-strict`` allows missing tensors), and the data is checked before
+training starts (see
 :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
@@ -109,8 +110,8 @@ def main():
     import mmdinomamba  # noqa: F401  (registers our classes)
     from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
                                     check_config_keys, check_pretrained_checkpoints,
-                                    setup_cpu_distributed, setup_cpu_threads,
-                                    teardown_distributed)
+                                    run_folders, setup_cpu_distributed,
+                                    setup_cpu_threads, teardown_distributed)
     cfg = Config.fromfile(args.config)
     keys = list(cfg.keys())
     cfg = merge_args(cfg, args)
@@ -119,7 +120,8 @@ def main():
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     with ExitStack() as stack:
         if is_first_process():
-            stack.enter_context(WorkDirLock(cfg.work_dir))  # one run per work_dir
+            # one run per work_dir and per checkpoint out_dir
+            stack.enter_context(WorkDirLock(*run_folders(cfg)))
         setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
         runner = Runner.from_cfg(cfg)
         runner.register_hook(StrictLoadHook(strict=not args.no_strict))

@@ -16,7 +16,7 @@ from .run_config import (AMP_WRAPPERS, amp_twin, parse_cfg_options, set_data_roo
                          set_num_workers, set_run_length)
 from .work_dir import (check_resume_checkpoint, epoch_checkpoints, epoch_losses,
                        find_resume_checkpoint, latest_checkpoint, logged_runs,
-                       read_scalars, set_work_dir)
+                       read_scalars, run_folders, set_work_dir)
 from .work_dir_lock import WorkDirLock, WorkDirLockedError
 
 __all__ = ['AMP_WRAPPERS', 'CompileModulesHook', 'CPUDistributedDataParallel',
@@ -30,6 +30,7 @@ __all__ = ['AMP_WRAPPERS', 'CompileModulesHook', 'CPUDistributedDataParallel',
            'default_cpu_threads', 'epoch_checkpoints', 'epoch_losses',
            'epoch_worker_init_fn', 'find_resume_checkpoint',
            'gather_rng_states', 'get_rng_state', 'latest_checkpoint', 'logged_runs',
-           'non_finite', 'parse_cfg_options', 'read_scalars', 'set_data_root',
-           'set_num_workers', 'set_rng_state', 'set_run_length', 'set_work_dir',
-           'setup_cpu_distributed', 'setup_cpu_threads', 'teardown_distributed']
+           'non_finite', 'parse_cfg_options', 'read_scalars', 'run_folders',
+           'set_data_root', 'set_num_workers', 'set_rng_state', 'set_run_length',
+           'set_work_dir', 'setup_cpu_distributed', 'setup_cpu_threads',
+           'teardown_distributed']

@@ -18,8 +18,9 @@ from .norm import RMSNorm, add_rms_norm_ref, gated_rms_norm, rms_norm
 from .ssd import (discretize_dt, segsum, ssd_chunked, ssd_decay_mask,
                   ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 from .backend import (BACKENDS, add_rms_norm, check_finite, check_ssd_inputs,
-                      mamba_ssm_available, resolve_backend, ssd_scan, triton_available,
-                      use_triton, uses_fused_blocks, uses_fused_core)
+                      mamba_ssm_available, resolve_backend, set_finite_checks,
+                      ssd_scan, triton_available, use_triton, uses_fused_blocks,
+                      uses_fused_core)
 from .mixer import direction_ssd_inputs, mixer_core, mixer_core_ref
 from .blocks import blocks_loop, run_blocks
 
@@ -29,7 +30,8 @@ __all__ = [
     'blocks_loop', 'causal_depthwise_conv1d', 'check_finite', 'check_ssd_inputs',
     'direction_ssd_inputs', 'discretize_dt', 'float32_or_wider', 'gated_rms_norm',
     'mamba_ssm_available', 'mixer_core', 'mixer_core_ref', 'resolve_backend',
-    'rms_norm', 'run_blocks', 'segsum', 'skip_kernels', 'split_projection',
+    'rms_norm', 'run_blocks', 'segsum', 'set_finite_checks', 'skip_kernels',
+    'split_projection',
     'ssd_chunked', 'ssd_decay_mask', 'ssd_mixing_matrix', 'ssd_quadratic', 'ssd_ref',
     'ssd_scan', 'triton_available', 'use_triton', 'uses_fused_blocks', 'uses_fused_core'
 ]
