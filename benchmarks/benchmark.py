@@ -91,6 +91,9 @@ MODELS = {
     # and forward): the same numbers
     **{f'mlla-{a}-rope-per-call': dict(type='MLLA', arch=a, rope_tables='per-call')
        for a in SIZES},
+    # the stages replayed from CUDA graphs, as CUDAGraphBlocksHook (which the shipped
+    # MLLA configs hold) sets them: the same kernels and numbers
+    **{f'mlla-{a}-graphed': dict(type='MLLA', arch=a, stage_graphs=True) for a in SIZES},
 }
 BASELINE = 'vit-base'
 
@@ -352,6 +355,7 @@ def build_model(spec: dict, img_size: int) -> torch.nn.Module:
                          f'{MODEL_TYPES}')
     runner = cfg.pop('stack_runner', None)
     rope_tables = cfg.pop('rope_tables', None)
+    stage_graphs = cfg.pop('stage_graphs', False)
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     if kind == 'Swin':
         return build_swin(img_size, **cfg)
@@ -359,6 +363,8 @@ def build_model(spec: dict, img_size: int) -> torch.nn.Module:
         img_size=img_size, **cfg)
     set_stack_runner(model, runner)
     set_rope_tables(model, rope_tables)
+    if stage_graphs:
+        graphed_blocks.graph_blocks(model)
     return model
 
 
@@ -826,6 +832,7 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
     arch = cfg.pop('arch', 'base')
     runner = cfg.pop('stack_runner', None)
     rope_tables = cfg.pop('rope_tables', None)
+    cfg.pop('stage_graphs', None)  # CUDA graphs: nothing to replay on the CPU
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     torch.manual_seed(0)
     if kind == 'MLLA':
