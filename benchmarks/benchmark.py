@@ -798,10 +798,10 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
     or an MLLA through the fused path, on the CPU with the kernels skipped
     (:func:`mmdinomamba.ops.skip_kernels`).
 
-    The backbone has the spec's depth and layout at ``width`` channels (an MLLA's
-    first stage; the later ones double it), on ``batch`` images of ``img_size``
-    pixels (18 tokens at 64 px for a DinoVim, a 16 x 16 grid in an MLLA's first
-    stage), so the torch
+    The backbone has the spec's depth and layout, a DinoVim at ``width`` channels
+    and an MLLA at its own widths, on ``batch`` images of ``img_size`` pixels (18
+    tokens at 64 px for a DinoVim, a 16 x 16 grid in an MLLA's first stage), so
+    the torch
     operators' arithmetic is negligible and the step is the host's work: the same
     operators, launches and Python as at any size (they depend on the depth and the
     layout, not on the width). With ``amp`` the forward runs under CPU autocast
@@ -835,11 +835,8 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
     cfg.pop('stage_graphs', None)  # CUDA graphs: nothing to replay on the CPU
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     torch.manual_seed(0)
-    if kind == 'MLLA':
-        # the arch's depths and heads, the first stage ``width`` wide (64: MLLA-T/S's)
-        layout = dict(MLLA.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)
-        model = MLLA(arch=dict(layout, embed_dims=width), img_size=img_size,
-                     **cfg).train()
+    if kind == 'MLLA':  # its own widths: at 64 px its grids are 16 x 16 down to 2 x 2
+        model = MLLA(arch=arch, img_size=img_size, **cfg).train()
         set_rope_tables(model, rope_tables)
     else:
         depth = (DinoVim.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)[
@@ -1583,7 +1580,8 @@ def parse_args(argv=None):
     h.add_argument('--baseline', type=model_name, default='dinovim-base-loop',
                    help="the row the others' ratios refer to (one of --models)")
     h.add_argument('--width', type=int, default=64,
-                   help='channels (the depth and layout are the model\'s own)')
+                   help="a DinoVim's channels (the depth and layout are the model's "
+                   'own; an MLLA keeps its widths)')
     h.add_argument('--batch', type=int, default=2)
     h.add_argument('--rounds', type=int, default=3,
                    help='the models take turns; each keeps its lowest median')

@@ -228,7 +228,8 @@ def mlla_mixing_matrix(q: Tensor, k: Tensor, q_r: Tensor, k_r: Tensor,
 # --------------------------------------------------------------------------- #
 def _check_log_decay(q: Tensor, log_decay: Tensor) -> None:
     batch, nheads, seqlen, d = q.shape
-    if log_decay.shape[:3] != (batch, nheads, seqlen) or log_decay.shape[-1] not in (1, d):
+    if log_decay.shape[:3] != (batch, nheads, seqlen) or \
+            log_decay.shape[-1] not in (1, d):
         raise ValueError(f'gated linear attention: log_decay must be (batch, nheads, '
                          f'seqlen, 1) (a scalar per head) or (..., {d}) (per channel) '
                          f'for q {tuple(q.shape)}, got {tuple(log_decay.shape)}')
