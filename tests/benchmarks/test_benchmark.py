@@ -430,9 +430,11 @@ def test_models_mode_measures_mlla_and_swin_under_bf16(bench):
     """MLLA and mmpretrain's Swin beside the baseline at two sizes under CPU bf16
     autocast, inference and training step; the RoPE table built in every mixer
     call (the slow twin) issues more torch operators than one per stage, by the
-    same count at every size (the count does not depend on the grid)."""
-    specs = {'base': TINY_LINEAR, 'mlla': TINY_MLLA,
-             'mlla-per-call': dict(TINY_MLLA, rope_tables='per-call'),
+    same count at every size (the count does not depend on the grid). Two blocks
+    in the first stages: with one a stage, one table per stage is one per call."""
+    mlla = dict(TINY_MLLA, arch=dict(TINY_MLLA['arch'], depths=[2, 2, 1, 1]))
+    specs = {'base': TINY_LINEAR, 'mlla': mlla,
+             'mlla-per-call': dict(mlla, rope_tables='per-call'),
              'swin': TINY_SWIN}
     rows = bench.run_models(specs, sizes=[64, 128], batches=[2, 1],
                             device=torch.device('cpu'), amp=torch.bfloat16,
