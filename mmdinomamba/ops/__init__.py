@@ -1,9 +1,10 @@
 """Pure PyTorch kernels (the SSD scan with its slow twin and mixing matrix, norms,
-linear attention) and the choice of the fused Triton kernels for CUDA.
+linear attention, MLLA's attention in :mod:`~mmdinomamba.ops.mlla`) and the choice of the fused Triton kernels for CUDA.
 
 Inside, imports run one way (``tests/test_layering.py`` checks it)::
 
     blocks -> mixer -> backend -> {ssd, norm, conv, linear_attention} -> spec
+    mlla -> backend
     triton -> spec
 
 :mod:`~mmdinomamba.ops.spec` holds the contracts every implementation takes,
