@@ -20,6 +20,7 @@ from mmengine.registry import DefaultScope
 from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
 
 from mmdinomamba.ops import check_finite
+from mmdinomamba.utils.arg_types import check_like
 
 Tensor = torch.Tensor
 
@@ -159,6 +160,8 @@ def _parse_arch(cls, arch: Union[str, dict]) -> dict:
     missing = set(cls.essential_keys) - set(arch)
     if missing:
         raise ValueError(f'{cls.__name__}: custom arch is missing {sorted(missing)}')
+    # the preset's types: embed_dims an int, depths a list of ints, ...
+    check_like(arch, next(iter(cls.arch_zoo.values())), f'{cls.__name__}: arch.')
     return dict(arch)
 
 

@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from mmdinomamba.ops import BACKENDS, check_finite, ssd_decay_mask, ssd_scan
+from mmdinomamba.utils.arg_types import check_arg_types
 from .positional import (RopeTable, depthwise_conv_matrix, grid_conv, rope_2d,
                          rope_2d_table)
 from .protocol import MixerInfo
@@ -128,6 +129,7 @@ class LinearAttentionMixer(nn.Module):
                  shortcut: bool = False,
                  eps: float = 1e-6,
                  ssd_backend: str = 'auto'):
+        check_arg_types(LinearAttentionMixer, locals(), 'LinearAttentionMixer')
         super().__init__()
         qk_dim = dim if qk_dim is None else qk_dim
         if num_heads < 1 or dim % num_heads or qk_dim % num_heads:
