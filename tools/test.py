@@ -16,6 +16,7 @@ from mmengine.runner import Runner
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (StrictLoadHook, add_config_args, add_launcher_args,
                                 build_checked_loop, check_config_keys,
+                                check_config_types,
                                 export_local_rank, set_work_dir, setup_cpu_distributed,
                                 setup_cpu_threads, teardown_distributed)
 
@@ -43,6 +44,7 @@ def main():
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
+    check_config_types(cfg)  # a value of the wrong type: the key named
     set_work_dir(cfg, args.work_dir, args.config)
     cfg.load_from = args.checkpoint
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS

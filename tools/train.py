@@ -8,7 +8,9 @@ Works for mmpretrain, mmseg and mmdet configs alike: the config's
 classes are registered. The run holds the work_dir's lock (one run per work_dir),
 a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
 allows missing tensors), and the data is checked before training starts (see
-:mod:`mmdinomamba.engine.run_checks`).
+:mod:`mmdinomamba.engine.run_checks`). A run made shorter than its warm-up gets a
+shorter warm-up, with one logged line (:func:`mmdinomamba.engine.fit_schedule`);
+mixed precision without a GPU fails before anything is written.
 """
 import argparse
 import os
@@ -21,9 +23,12 @@ from mmengine.runner import Runner
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, add_config_args,
                                 add_launcher_args, amp_twin, build_checked_loop,
-                                check_config_keys, check_pretrained_checkpoints,
+                                check_amp_device, check_config_keys,
+                                check_config_types,
+                                check_pretrained_checkpoints,
                                 check_resume_checkpoint, export_local_rank,
-                                find_resume_checkpoint, set_work_dir,
+                                find_resume_checkpoint, fit_schedule, run_length,
+                                set_work_dir,
                                 setup_cpu_distributed, setup_cpu_threads,
                                 teardown_distributed)
 
@@ -93,8 +98,13 @@ def main():
     args = parse_args()
     cfg = Config.fromfile(args.config)
     keys = list(cfg.keys())
+    configured = run_length(cfg)[1]
     cfg = merge_args(cfg, args)
     check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
+    check_config_types(cfg)  # lr=abc: the key, the type it takes, the value
+    # mixed precision needs a GPU: say so before the work dir is written
+    check_amp_device(cfg, '--amp' if args.amp or args.amp_dtype else '')
+    fit_schedule(cfg, configured)  # max_epochs=1: a shorter warm-up, logged
     check_pretrained_checkpoints(cfg, CONFIG_ROOT)  # name the command that makes it
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     with ExitStack() as stack:

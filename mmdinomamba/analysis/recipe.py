@@ -735,9 +735,14 @@ def main(preset: str, root: str, argv: Optional[Sequence[str]] = None,
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f'--{name.replace("_", "-")} must be >= 1, got {value}')
+    import torch
     if args.device is None:
-        import torch
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    elif args.device == 'cuda' and not torch.cuda.is_available():
+        # before the data, the configs and four trainings are written
+        parser.error('--device cuda: this machine has no CUDA device '
+                     '(torch.cuda.is_available() is False); run with --device cpu '
+                     '(training in float32)')
     start = time.time()
     try:
         passed = run_recipe(chosen, root, args)
