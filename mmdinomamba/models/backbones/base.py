@@ -97,6 +97,10 @@ def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],
     Returns:
         Tensor: (1, num_prefix + dst_h * dst_w, dim).
     """
+    # under torch.jit.trace (mmengine's complexity counter, mmdet's get_flops) a
+    # grid read from a tensor's shape is a tensor: the trace keeps it as a constant
+    src_hw, dst_hw = (tuple(int(v) if torch.is_tensor(v) else v for v in hw)
+                      for hw in (src_hw, dst_hw))
     if tuple(src_hw) == tuple(dst_hw):
         return pos_embed
     if pos_embed.shape[1] != num_prefix + src_hw[0] * src_hw[1]:
