@@ -432,7 +432,10 @@ def build_checked_loop(runner, mode: str = 'train'):
         fit_topk(loop.evaluator, model)
     elif runner.cfg.get('val_dataloader') and runner.cfg.get('val_cfg') is not None:
         # the validation data too, before the first epoch rather than after it
-        val_loop = runner.val_loop
+        try:
+            val_loop = runner.val_loop
+        except FileNotFoundError as err:
+            raise missing_data_error(runner.cfg, 'val', err) from err
         check_labels(model, val_loop.dataloader.dataset, _describe(runner.cfg, 'val'))
         fit_topk(val_loop.evaluator, model)
     name_pipeline_errors(dataset)

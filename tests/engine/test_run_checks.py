@@ -327,3 +327,15 @@ def test_an_image_folder_list_s_labels_are_checked_too(toy_root, tmp_path):
                        r'to 3: set --cfg-options model\.head\.num_classes=4 .*1 of 16 '
                        r'samples have labels outside 0\.\.1 \(3\)'):
         build_checked_loop(runner_of(cfg, 'folder-labels-range'), 'train')
+
+
+def test_missing_validation_data_is_named_before_training(toy_root, tmp_path):
+    """The validation data is now read before the first epoch: missing, it is
+    named as the training data is."""
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=2)
+    cfg.val_dataloader.dataset.update(data_root=str(tmp_path / 'nowhere'),
+                                      classes=osp.join(toy_root, 'classes.txt'))
+    with pytest.raises(FileNotFoundError, match=r"^val_dataloader\.dataset \(type="
+                       r"'ImageNet', data_root='.*nowhere'.*does not exist.*--cfg-options "
+                       r'val_dataloader\.dataset\.data_root=PATH'):
+        build_checked_loop(runner_of(cfg, 'missing-val'), 'train')
