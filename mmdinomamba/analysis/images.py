@@ -10,7 +10,8 @@ to RGB). In-memory images (the toy generator's) skip the pipeline's file-loading
 step. A self-supervised config's multi-view preprocessor (DINO's
 ``SelfSupDataPreprocessor``, which returns a list of views) becomes the
 single-image ``ImgDataPreprocessor`` with the same mean, std and channel order, as
-does a preprocessor without a ``type`` (a classifier config's). Needs mmcv and mmpretrain (the transforms).
+does a preprocessor without a ``type`` (a classifier config's). Needs mmcv and
+mmpretrain (the transforms).
 """
 import os
 import os.path as osp
