@@ -56,7 +56,8 @@ def main():
 
     import mmdinomamba  # noqa: F401  (registers our classes)
     from mmdinomamba.engine import (StrictLoadHook, build_checked_loop,
-                                    check_config_keys, set_work_dir,
+                                    check_config_keys, check_config_types,
+                                    set_work_dir,
                                     setup_cpu_distributed, setup_cpu_threads,
                                     teardown_distributed)
     cfg = Config.fromfile(args.config)
@@ -65,6 +66,7 @@ def main():
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
+    check_config_types(cfg)  # a value of the wrong type: the key named
     set_work_dir(cfg, args.work_dir, args.config)
     cfg.load_from = args.checkpoint
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS

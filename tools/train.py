@@ -10,7 +10,9 @@ run per work_dir and per checkpoint out_dir), a ``load_from`` or ``--resume``
 checkpoint must fit and fill the model and be finite (a tensor of another shape is
 refused; ``--no-strict`` allows missing tensors), and the data is checked before
 training starts (see
-:mod:`mmdinomamba.engine.run_checks`).
+:mod:`mmdinomamba.engine.run_checks`). A run made shorter than its warm-up gets a
+shorter warm-up, with one logged line (:func:`mmdinomamba.engine.fit_schedule`);
+mixed precision without a GPU fails before anything is written.
 """
 import argparse
 import os
@@ -109,13 +111,20 @@ def main():
 
     import mmdinomamba  # noqa: F401  (registers our classes)
     from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
-                                    check_config_keys, check_pretrained_checkpoints,
-                                    run_folders, setup_cpu_distributed,
-                                    setup_cpu_threads, teardown_distributed)
+                                    check_amp_device, check_config_keys,
+                                    check_config_types, check_pretrained_checkpoints,
+                                    fit_schedule, run_folders, run_length,
+                                    setup_cpu_distributed, setup_cpu_threads,
+                                    teardown_distributed)
     cfg = Config.fromfile(args.config)
     keys = list(cfg.keys())
+    configured = run_length(cfg)[1]
     cfg = merge_args(cfg, args)
     check_config_keys(cfg, keys)  # warns about typos the Runner would ignore
+    check_config_types(cfg)  # lr=abc: the key, the type it takes, the value
+    # mixed precision needs a GPU: say so before the work dir is written
+    check_amp_device(cfg, '--amp' if args.amp or args.amp_dtype else '')
+    fit_schedule(cfg, configured)  # max_epochs=1: a shorter warm-up, logged
     check_pretrained_checkpoints(cfg, CONFIG_ROOT)  # name the command that makes it
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     with ExitStack() as stack:

@@ -9,8 +9,9 @@ and :data:`DEFAULT_PREPROCESSOR` (ImageNet mean and std on the 0-255 scale, BGR
 to RGB). In-memory images (the toy generator's) skip the pipeline's file-loading
 step. A self-supervised config's multi-view preprocessor (DINO's
 ``SelfSupDataPreprocessor``, which returns a list of views) becomes the
-single-image ``ImgDataPreprocessor`` with the same mean, std and channel order.
-Needs mmcv and mmpretrain (the transforms).
+single-image ``ImgDataPreprocessor`` with the same mean, std and channel order, as
+does a preprocessor without a ``type`` (a classifier config's). Needs mmcv and
+mmpretrain (the transforms).
 """
 import os
 import os.path as osp
@@ -49,9 +50,12 @@ def default_pipeline(size: int) -> List[dict]:
 
 
 def single_view_preprocessor(pre: dict) -> dict:
-    """``pre`` itself, or for a multi-view (self-supervised) preprocessor the
-    single-image ``ImgDataPreprocessor`` that normalises alike."""
-    if pre.get('type') not in MULTI_VIEW_PREPROCESSORS:
+    """``pre`` itself, or the single-image ``ImgDataPreprocessor`` that normalises
+    alike for a multi-view (self-supervised) preprocessor and for one without a
+    ``type`` (mmpretrain's top-level ``data_preprocessor = dict(num_classes=...,
+    mean=..., std=..., to_rgb=True)`` of the classifier and linear-probe configs,
+    whose type the classifier fills in)."""
+    if 'type' in pre and pre['type'] not in MULTI_VIEW_PREPROCESSORS:
         return pre
     return dict(type='ImgDataPreprocessor', mean=pre.get('mean'), std=pre.get('std'),
                 bgr_to_rgb=bool(pre.get('to_rgb') or pre.get('bgr_to_rgb')),

@@ -549,8 +549,8 @@ def main(preset: str, root: str, argv: Optional[Sequence[str]] = None,
     step or a failed gate. ``presets``: the presets ``--preset`` chooses from
     (``preset`` is the default), none: ``preset`` alone."""
     chosen, args = parse_command_line(preset, root, argv, presets)
+    import torch
     if args.device is None:
-        import torch
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     start = time.time()
     try:

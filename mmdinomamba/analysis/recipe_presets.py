@@ -207,4 +207,11 @@ def parse_command_line(preset: str, root: str, argv: Optional[Sequence[str]] = N
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f'--{name.replace("_", "-")} must be >= 1, got {value}')
+    if args.device == 'cuda':
+        import torch
+        if not torch.cuda.is_available():
+            # before the data, the configs and four trainings are written
+            parser.error('--device cuda: this machine has no CUDA device '
+                         '(torch.cuda.is_available() is False); run with --device '
+                         'cpu (training in float32)')
     return chosen, args

@@ -2,6 +2,9 @@
 
 - :func:`set_run_length`: the run's epochs, its warm-up, and the one validation
   and checkpoint at its end;
+- :func:`fit_schedule`: a run made shorter than its warm-up (``--cfg-options
+  train_cfg.max_epochs=1``) gets a shorter warm-up, with one logged line, and a
+  length that no schedule can fit fails naming the fix;
 - :func:`set_data_root`: every dataset of the config (the training, validation
   and test loaders, and those a hook holds) on one data root;
 - :func:`set_num_workers`: the data workers of every one of those loaders;
@@ -14,13 +17,15 @@ sets its ``end`` to ``train_cfg.max_epochs`` when it builds it, and a cosine
 without ``T_max`` spans ``end - begin``. The toy schedule fragments rely on this,
 so ``train_cfg.max_epochs`` alone sets their length.
 """
+import logging
 import os.path as osp
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.logging import print_log
 
-__all__ = ['AMP_WRAPPERS', 'amp_twin', 'parse_cfg_options',
-           'set_data_root', 'set_num_workers', 'set_run_length']
+__all__ = ['AMP_WRAPPERS', 'amp_twin', 'fit_schedule', 'parse_cfg_options',
+           'run_length', 'set_data_root', 'set_num_workers', 'set_run_length']
 
 # each optimizer wrapper and its mixed-precision twin
 AMP_WRAPPERS = {'OptimWrapper': 'AmpOptimWrapper',
@@ -137,6 +142,112 @@ def set_run_length(cfg: Config, max_epochs: int,
     if checkpoint is not None and checkpoint.get('interval') == old:
         checkpoint.interval = max_epochs
     return cfg
+
+
+def run_length(cfg: Config) -> Tuple[Optional[str], Optional[object]]:
+    """The key of ``train_cfg`` that sets the run's length and its value:
+    ``('max_epochs', E)`` for an epoch-based run, ``('max_iters', N)`` for an
+    iteration-based one, ``(None, None)`` for a config that does not train."""
+    train_cfg = cfg.get('train_cfg') or {}
+    for key in ('max_epochs', 'max_iters'):
+        if key in train_cfg:
+            return key, train_cfg[key]
+    return None, None
+
+
+def _unit(key: str) -> str:
+    return 'epochs' if key == 'max_epochs' else 'iterations'
+
+
+def _count(n: int, unit: str) -> str:
+    """``1 epoch``, ``2 epochs``."""
+    return f'{n} {unit[:-1] if n == 1 else unit}'
+
+
+def fit_schedule(cfg: Config, configured: Optional[int] = None) -> Optional[str]:
+    """Make ``cfg``'s parameter schedulers fit its run (in place), before the
+    Runner builds them.
+
+    mmengine ends a scheduler without ``end`` with the run; when the run is
+    made as short as the warm-up or shorter (``--cfg-options
+    train_cfg.max_epochs=1``), the scheduler that follows the warm-up would end
+    where it begins, and mmengine stops with "end should be larger than begin".
+    Here, the schedulers counted in the run's unit (``by_epoch=True`` ones in an
+    epoch-based run, ``by_epoch=False`` ones in an iteration-based run; the others
+    cannot be compared before the data is loaded, and have an ``end`` in the
+    shipped configs):
+
+    - a warm-up (a scheduler from 0 with an ``end`` where another one begins)
+      that is not shorter than the run lasts the share of the run it had in the
+      configured schedule, rounded down (none for a one-epoch run of a config
+      with one warm-up epoch in ten), and the schedulers that began at its end
+      begin at the new end (a ``T_max`` that spanned them spans them still).
+      One line is logged saying so;
+    - a scheduler that would still begin at or after the run's end fails,
+      naming it and the fix.
+
+    Args:
+        cfg (Config): a training config, ``--cfg-options`` merged.
+        configured (int, optional): the run's length before the options were
+            merged (the warm-up keeps its share of it). None: the warm-up is
+            removed when it does not fit.
+
+    Returns:
+        str | None: the logged line, None when nothing changed.
+
+    Raises:
+        ValueError: the run's length is not a whole number >= 1, or a scheduler
+            cannot fit the run.
+    """
+    key, length = run_length(cfg)
+    if key is None:
+        return None
+    unit = _unit(key)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f'train_cfg.{key} must be a whole number >= 1 (the run\'s '
+                         f'{unit}), got {length!r}')
+    by_epoch = key == 'max_epochs'
+    schedulers = [s for s in _schedulers(cfg) if isinstance(s, dict)
+                  and bool(s.get('by_epoch', True)) == by_epoch]
+    starts = {s.get('begin', 0) for s in schedulers}
+    warmups = [s for s in schedulers if s.get('begin', 0) == 0 and 'end' in s
+               and 0 < s.end in starts]
+    message = None
+    warmup_end = max((s.end for s in warmups), default=0)
+    if warmups and warmup_end >= length:
+        new_end = warmup_end * length // configured \
+            if isinstance(configured, int) and configured > warmup_end else 0
+        new_end = min(new_end, length - 1)
+        for s in schedulers:
+            if any(s is w for w in warmups):
+                continue
+            if s.get('begin', 0) == warmup_end:
+                if s.get('T_max') == s.get('end', configured) - warmup_end:
+                    s.T_max = s.get('end', length) - new_end
+                s.begin = new_end
+        names = ', '.join(sorted({w.type for w in warmups}))
+        if new_end == 0:
+            cfg.param_scheduler = [s for s in _schedulers(cfg)
+                                   if not any(s is w for w in warmups)]
+            change = 'is removed'
+        else:
+            for w in warmups:
+                w.end = new_end
+            change = f'now lasts {_count(new_end, unit)}'
+        message = (f'train_cfg.{key}={length} is not longer than the warm-up '
+                   f'({names}, {_count(warmup_end, unit)}): the warm-up {change} and the '
+                   f'schedule after it begins at {unit[:-1]} {new_end} (to choose '
+                   'another, set param_scheduler)')
+        print_log(message, logger='current', level=logging.WARNING)
+    for s in schedulers:
+        begin, end = s.get('begin', 0), s.get('end', length)
+        if end <= begin:
+            raise ValueError(
+                f'param_scheduler {s.get("type")} (from {unit[:-1]} {begin} to '
+                f'{end}) does not fit a run of {_count(length, unit)}: set '
+                f'train_cfg.{key} above {begin}, or give the scheduler an earlier '
+                '`begin` (and an `end` after it)')
+    return message
 
 
 def _dicts(cfg: Config, key: str) -> List[dict]:

@@ -47,6 +47,14 @@ Tensor = torch.Tensor
 BACKENDS = ('auto', 'chunked', 'quadratic', 'ref', 'triton', 'mamba_ssm')
 # 'quadratic' warns when the mixing matrices of one call would hold more than this
 QUADRATIC_WARN_BYTES = 2**30
+# 'quadratic' refuses longer sequences. Its time grows with the square of the length:
+# one call (batch 1, the toy DinoVim's 8 heads of 16 channels, state 16, one CPU
+# thread) takes 0.95 s at 1024 tokens, 3.7 s at 2048 and 13 s at 4096, where
+# 'chunked' takes 0.11 / 0.29 / 0.24 s (benchmarks/results/ssd_quadratic_length.csv,
+# `python benchmarks/ssd_quadratic_length.py`). A toy DinoVim makes 8 calls per
+# image (4 blocks, 2 directions): a batch of 8 at 1024 tokens takes about a minute,
+# at 2048 several minutes.
+QUADRATIC_MAX_SEQLEN = 1024
 
 
 # --------------------------------------------------------------------------- #
@@ -302,6 +310,25 @@ def _warn_quadratic_memory(x: Tensor) -> None:
         stacklevel=3)
 
 
+def check_quadratic_length(seqlen: int) -> None:
+    """Refuse backend 'quadratic' for sequences longer than
+    :data:`QUADRATIC_MAX_SEQLEN` tokens (1024), where a batch would take minutes
+    on a CPU (the measurement is at the constant).
+
+    Raises:
+        ValueError: naming the length, the limit and the backend to use instead.
+    """
+    if seqlen > QUADRATIC_MAX_SEQLEN:
+        raise ValueError(
+            f"ssd: backend 'quadratic' builds a {seqlen} x {seqlen} mixing matrix per "
+            f'head, and refuses sequences longer than {QUADRATIC_MAX_SEQLEN} tokens '
+            f'(its time grows with the square of the length: one call of 8 heads '
+            f'takes about 13 s at 4096 tokens on a CPU thread, against 0.3 s for '
+            "'chunked'): use ssd_backend='chunked' (the same result in time linear in "
+            "the length) or 'auto', e.g. --cfg-options "
+            "model.backbone.mixer_cfg.ssd_backend=auto")
+
+
 # --------------------------------------------------------------------------- #
 # Dispatchers
 # --------------------------------------------------------------------------- #
@@ -315,8 +342,10 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     Checks the inputs (:func:`check_ssd_inputs`), then runs the backend that
     :func:`resolve_backend` picks: :func:`~mmdinomamba.ops.ssd.ssd_chunked`,
     :func:`~mmdinomamba.ops.ssd.ssd_quadratic` or :func:`~mmdinomamba.ops.ssd.ssd_ref`
-    (PyTorch), :func:`mmdinomamba.ops.triton.ssd_triton` (CUDA only, no
-    ``initial_states`` / ``return_final_states``; float16, bfloat16 and float32:
+    (PyTorch; 'quadratic' up to :data:`QUADRATIC_MAX_SEQLEN` tokens:
+    :func:`check_quadratic_length`), :func:`mmdinomamba.ops.triton.ssd_triton`
+    (CUDA only, no ``initial_states`` / ``return_final_states``; float16, bfloat16
+    and float32:
     ``'auto'`` scans float64 with ``'chunked'``; its chunk is its own tile size, so
     ``chunk_size`` only matters to the PyTorch backends, where it changes rounding,
     not the result) or mamba-ssm's.
@@ -353,6 +382,7 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     if chosen == 'mamba_ssm':
         return _mamba_ssm_scan()(x, dt, A, B, C, **kwargs)
     if chosen == 'quadratic':
+        check_quadratic_length(x.shape[1])
         _warn_quadratic_memory(x)
     fn = {'chunked': ssd_chunked, 'quadratic': ssd_quadratic, 'ref': ssd_ref}[chosen]
     return fn(x, dt, A, B, C, **kwargs)

@@ -313,6 +313,19 @@ def toy_probe(path, cfg):
     assert cfg.model.head.num_classes == 4
 
 
+def toy_mlla(path, cfg):
+    """MLLA-T on the toy data in about a CPU minute: 4 classes at 64 px, 5 epochs,
+    one warm-up epoch, top-1 only, MLLA's AdamW and clipping at the unscaled lr."""
+    assert data_roots(cfg) == {'data/toy'}
+    assert cfg.train_cfg.max_epochs == cfg.train_cfg.val_interval == 5
+    opt = cfg.optim_wrapper
+    assert (opt.optimizer.type, opt.optimizer.lr, opt.clip_grad.max_norm) == (
+        'AdamW', 5e-4, 5.0)
+    s = schedulers(cfg)
+    assert s['warmup'].end == s['lr'].begin == 1 and 'end' not in s['lr']
+    assert cfg.model.head.num_classes == 4 and cfg.val_evaluator.topk == (1, )
+
+
 def compare_dino(path, cfg):
     """The comparison's DINO runs: 20 epochs of 128 images, two warm-up epochs."""
     assert data_roots(cfg) == {'data/toy_rich_compare'}
@@ -372,7 +385,8 @@ FAMILIES: Dict[str, Callable] = {
     r'cascade_mask_rcnn/': cascade,
     r'mask_rcnn/': mask_rcnn,
     r'binary_auc/': binary_auc,
-    r'mlla/': mlla,
+    r'mlla/(?!mlla-tiny_1xb16-5e_toy)': mlla,
+    r'mlla/mlla-tiny_1xb16-5e_toy': toy_mlla,
     r'dino/dino_dinovim-toy': toy_dino,
     r'linear_probe/dinovim-toy': toy_probe,
     r'compare/dino_.*-p8_': compare_dino,

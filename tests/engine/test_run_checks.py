@@ -225,3 +225,117 @@ def test_a_write_that_runs_out_of_space_names_the_file(tmp_path):
     assert f'writing {path} failed:' in proc.stderr, proc.stderr[-3000:]
     assert 'MiB free on its file system; a full disk fails this way' in proc.stderr
     assert os.listdir(tmp_path) == []  # no partial file, no temporary file
+
+
+# -- labels outside the head's classes, the class-count fix, top-k -----------------
+
+def with_labels(cfg, tmp_path, loader, changes):
+    """``cfg``'s ``loader`` reading a copy of the toy annotation list of its split
+    with ``changes`` ({line index: new label}) made."""
+    dataset = cfg[loader].dataset
+    split = 'train' if loader == 'train_dataloader' else 'val'
+    with open(osp.join(dataset.data_root, 'meta', f'{split}.txt')) as f:
+        lines = f.read().split('\n')
+    for index, label in changes.items():
+        lines[index] = f'{lines[index].rsplit(" ", 1)[0]} {label}'
+    path = tmp_path / f'{loader}.txt'
+    path.write_text('\n'.join(lines))
+    dataset.update(ann_file=str(path), data_prefix=split)
+    return lines
+
+
+@pytest.mark.parametrize('loader,mode', [('train_dataloader', 'train'),
+                                         ('val_dataloader', 'train'),
+                                         ('test_dataloader', 'test')])
+def test_a_label_outside_the_head_is_named_before_the_run(toy_root, tmp_path, loader,
+                                                          mode):
+    """As found: with the class count matching (2 classes, a 2-class head) the label
+    check was skipped; a label 7 then raised a raw IndexError mid-epoch in training,
+    and was silently scored as wrong in validation and test."""
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=2)
+    lines = with_labels(cfg, tmp_path, loader, {1: 7})
+    where = loader.split('_')[0]
+    with pytest.raises(ValueError) as err:
+        build_checked_loop(runner_of(cfg, f'label-{loader}-{mode}'), mode)
+    message = str(err.value)
+    assert message.startswith(f'model.head.num_classes is 2, but {where}_dataloader.'
+                              'dataset (type=')
+    assert 'has labels up to 7: correct the annotation list (ann_file): its labels ' \
+        'must be class indices 0..1 of the 2 classes the dataset lists, or set ' \
+        '--cfg-options model.head.num_classes=8 and the classes.' in message
+    first = lines[1].rsplit(' ', 1)[0]
+    assert message.endswith(f'1 of {len([x for x in lines if x])} samples have labels '
+                            f'outside 0..1 (7); the first is '
+                            f'{osp.join(toy_root, "train" if where == "train" else "val", first)}')
+
+
+def test_a_negative_label_is_named(toy_root, tmp_path):
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=2)
+    with_labels(cfg, tmp_path, 'train_dataloader', {0: -1})
+    with pytest.raises(ValueError, match=r'model\.head\.num_classes is 2, but '
+                       r'train_dataloader\.dataset .* has negative labels: correct the '
+                       r'annotation list .* samples have labels outside 0\.\.1 \(-1\)'):
+        build_checked_loop(runner_of(cfg, 'negative-label'), 'train')
+
+
+def test_the_class_count_fix_is_the_dataset_s_not_the_subset_s(toy_root, tmp_path):
+    """As found: an ImageNet head (1000) on the toy set, two iterations of its first
+    samples (all of class 0), suggested num_classes=1; the fix is the dataset's
+    class count."""
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=1000)
+    cfg.train_dataloader.dataset.indices = 4  # the first 4: all of class 0
+    cfg.train_dataloader.batch_size = 2
+    with pytest.raises(ValueError, match=r'model\.head\.num_classes is 1000, but '
+                       r'train_dataloader\.dataset .* has 2 classes \(c000_ellipse, '
+                       r'c001_rectangle\): set --cfg-options model\.head\.num_classes=2'):
+        build_checked_loop(runner_of(cfg, 'subset-classes'), 'train')
+    # the dataset's own count, on that subset, trains
+    cfg = probe_config(toy_root, tmp_path / 'work2', num_classes=2)
+    cfg.train_dataloader.dataset.indices = 4
+    cfg.train_dataloader.batch_size = 2
+    build_checked_loop(runner_of(cfg, 'subset-ok'), 'train')
+
+
+@pytest.mark.parametrize('mode', ['train', 'test'])
+def test_top_k_follows_the_class_count(toy_root, tmp_path, mode, monkeypatch):
+    """mmpretrain's Accuracy(topk=(1, 5)) on a 2-class head failed (top-5 of 2
+    scores); its top-k is clamped to the classes, with one logged line."""
+    logged = []
+    monkeypatch.setattr(run_checks, 'print_log',
+                        lambda message, **kwargs: logged.append(message))
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=2)
+    cfg.val_evaluator = cfg.test_evaluator = dict(type='Accuracy', topk=(1, 5))
+    runner = runner_of(cfg, f'topk-{mode}')
+    build_checked_loop(runner, mode)
+    loop = runner.test_loop if mode == 'test' else runner.val_loop
+    metric, = loop.evaluator.metrics
+    assert metric.topk == (1, 2)
+    assert logged == ['Accuracy: topk=(1, 5) on a 2-class head; measuring topk=(1, 2) '
+                      "(set the evaluator's topk to choose)"]
+
+
+def test_an_image_folder_list_s_labels_are_checked_too(toy_root, tmp_path):
+    """ImageFolder (no get_gt_labels): the labels of its annotation list."""
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=2)
+    with_labels(cfg, tmp_path, 'train_dataloader', {2: 3})
+    dataset = cfg.train_dataloader.dataset
+    dataset.type = 'ImageFolder'
+    dataset.split = dataset.pop('data_prefix')
+    dataset.pop('classes')
+    with pytest.raises(ValueError, match=r"model\.head\.num_classes is 2, but "
+                       r"train_dataloader\.dataset \(type='ImageFolder'.* has labels up "
+                       r'to 3: set --cfg-options model\.head\.num_classes=4 .*1 of 16 '
+                       r'samples have labels outside 0\.\.1 \(3\)'):
+        build_checked_loop(runner_of(cfg, 'folder-labels-range'), 'train')
+
+
+def test_missing_validation_data_is_named_before_training(toy_root, tmp_path):
+    """The validation data is now read before the first epoch: missing, it is
+    named as the training data is."""
+    cfg = probe_config(toy_root, tmp_path / 'work', num_classes=2)
+    cfg.val_dataloader.dataset.update(data_root=str(tmp_path / 'nowhere'),
+                                      classes=osp.join(toy_root, 'classes.txt'))
+    with pytest.raises(FileNotFoundError, match=r"^val_dataloader\.dataset \(type="
+                       r"'ImageNet', data_root='.*nowhere'.*does not exist.*--cfg-options "
+                       r'val_dataloader\.dataset\.data_root=PATH'):
+        build_checked_loop(runner_of(cfg, 'missing-val'), 'train')

@@ -12,8 +12,9 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import PARAM_SCHEDULERS
 
-from mmdinomamba.engine import (amp_twin, parse_cfg_options, set_data_root,
-                                set_num_workers, set_run_length)
+from mmdinomamba.engine import (amp_twin, fit_schedule, parse_cfg_options,
+                                run_length, set_data_root, set_num_workers,
+                                set_run_length)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 COMPARE_DINO = osp.join(ROOT, 'configs/compare/dino_vit-d192-l12-p8_1xb128-20e_toy-rich.py')
@@ -197,3 +198,140 @@ def test_the_tools_share_their_run_options(tool, load_tool, monkeypatch):
     monkeypatch.setattr(sys, 'argv', [tool, *positional, '--launcher', 'ray'])
     with pytest.raises(SystemExit):
         module.parse_args()
+
+
+# -- a run shorter than its warm-up (--cfg-options train_cfg.max_epochs=1) ----------
+
+def built_schedulers(cfg: Config, epoch_length: int = EPOCH_LENGTH):
+    """Every parameter scheduler of ``cfg`` built as mmengine's Runner builds them
+    (a missing ``end`` is the run's end in the scheduler's unit; an
+    iteration-based loop counts one epoch), on an optimizer with weight decay;
+    raises what mmengine raises."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0, momentum=0.9, weight_decay=0.05)
+    if 'max_epochs' in cfg.train_cfg:
+        max_epochs, max_iters = cfg.train_cfg.max_epochs, \
+            cfg.train_cfg.max_epochs * epoch_length
+    else:
+        max_epochs, max_iters = 1, cfg.train_cfg.max_iters
+    schedulers = cfg.get('param_scheduler') or []
+    built = []
+    for s in [schedulers] if isinstance(schedulers, dict) else schedulers:
+        s = copy.deepcopy(s.to_dict() if hasattr(s, 'to_dict') else dict(s))
+        s.setdefault('end', max_epochs if s.get('by_epoch', True) else max_iters)
+        s.pop('_scope_', None)
+        built.append(PARAM_SCHEDULERS.build(
+            s, default_args=dict(optimizer=optimizer, epoch_length=epoch_length)))
+    return built
+
+
+def test_one_epoch_of_the_toy_dino_config_failed_inside_mmengine():
+    """The failure as found: max_epochs=1 on the toy DINO config (one warm-up
+    epoch) left the cosine from epoch 1 to epoch 1."""
+    cfg = Config.fromfile(TOY_DINO)
+    cfg.merge_from_dict({'train_cfg.max_epochs': 1})
+    with pytest.raises(ValueError, match='end should be larger than begin'):
+        built_schedulers(cfg)
+
+
+def test_a_run_shorter_than_its_warmup_gets_a_shorter_one_logged(monkeypatch):
+    import mmdinomamba.engine.run_config as run_config
+    logged = []
+    monkeypatch.setattr(run_config, 'print_log',
+                        lambda message, **kwargs: logged.append(message))
+    cfg = Config.fromfile(TOY_DINO)
+    configured = run_length(cfg)
+    assert configured == ('max_epochs', 10)
+    cfg.merge_from_dict({'train_cfg.max_epochs': 1})
+    message = fit_schedule(cfg, configured[1])
+    assert message == (
+        'train_cfg.max_epochs=1 is not longer than the warm-up (LinearLR, 1 epoch): '
+        'the warm-up is removed and the schedule after it begins at epoch 0 (to '
+        'choose another, set param_scheduler)')
+    assert logged == [message]  # one line
+    assert [s.type for s in cfg.param_scheduler] == [
+        'CosineAnnealingLR', 'CosineAnnealingParamScheduler']
+    built_schedulers(cfg)
+    # the lr: a cosine from the peak over the one epoch, as written out
+    assert lrs(cfg) == expected_lrs(1, 0)
+
+
+def test_the_warmup_keeps_its_share_of_the_run():
+    """MLLA's 20 warm-up epochs of 300, in a 20-epoch run: one epoch (20 * 20 /
+    300, rounded down); the cosine begins there and ends with the run."""
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/mlla/mlla-tiny_32xb128-300e_in1k.py'))
+    cfg.train_cfg.max_epochs = 20
+    assert 'now lasts 1 epoch and' in fit_schedule(cfg, 300)
+    warmup, cosine = cfg.param_scheduler
+    assert (warmup.type, warmup.end, cosine.type, cosine.begin) == (
+        'LinearLR', 1, 'CosineAnnealingLR', 1)
+    built_schedulers(cfg)
+    # a run the warm-up fits is left alone
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/mlla/mlla-tiny_32xb128-300e_in1k.py'))
+    cfg.train_cfg.max_epochs = 21
+    assert fit_schedule(cfg, 300) is None and cfg.param_scheduler[0].end == 20
+
+
+def test_an_iteration_based_warmup_is_shortened_too():
+    """The UperNet schedule (1500 warm-up iterations, then PolyLR to 160k) in a
+    10-iteration run."""
+    cfg = Config(dict(
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=10),
+        param_scheduler=[
+            dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
+            dict(type='PolyLR', eta_min=0.0, power=1.0, by_epoch=False, begin=1500,
+                 end=160000)]))
+    assert 'warm-up is removed' in fit_schedule(cfg, 160000)
+    poly, = cfg.param_scheduler
+    assert (poly.begin, poly.end) == (0, 160000)
+    built_schedulers(cfg)
+
+
+@pytest.mark.parametrize('length,match', [
+    (0, r"train_cfg\.max_epochs must be a whole number >= 1 \(the run's epochs\), "
+        'got 0'),
+    (1.5, r'train_cfg\.max_epochs must be a whole number >= 1.*got 1\.5'),
+    ('2', r"train_cfg\.max_epochs must be a whole number >= 1.*got '2'"),
+])
+def test_a_run_length_that_cannot_train_is_named(length, match):
+    cfg = Config.fromfile(TOY_DINO)
+    cfg.train_cfg.max_epochs = length
+    with pytest.raises(ValueError, match=match):
+        fit_schedule(cfg, 10)
+
+
+def test_a_scheduler_that_begins_after_the_run_names_the_fix():
+    cfg = Config(dict(train_cfg=dict(max_epochs=3), param_scheduler=[
+        dict(type='CosineAnnealingLR', by_epoch=True, begin=5)]))
+    with pytest.raises(ValueError, match=r'param_scheduler CosineAnnealingLR \(from '
+                       r'epoch 5 to 3\) does not fit a run of 3 epochs: set '
+                       r'train_cfg\.max_epochs above 5'):
+        fit_schedule(cfg, 3)
+
+
+@pytest.mark.slow
+def test_every_shipped_schedule_fits_a_one_epoch_run():
+    """Every shipped training config (configs/**, the compare, MLLA and dense ones
+    included), one epoch long (3 iterations an epoch) or 2 iterations long: after
+    fit_schedule its schedulers build as the Runner builds them, and the values
+    they set stay finite and non-negative."""
+    from tests.helpers.configs import leaf_configs, leaf_id, load
+    checked = {}
+    for path in leaf_configs():
+        cfg = load(path)
+        key, configured = run_length(cfg)
+        if key is None or not cfg.get('param_scheduler'):
+            continue  # evaluation and analysis configs: nothing to schedule
+        cfg.train_cfg[key] = 1 if key == 'max_epochs' else 2
+        fit_schedule(cfg, configured)
+        for scheduler in built_schedulers(cfg):
+            for _ in range(3):
+                scheduler.step()
+            values = [g[scheduler.param_name] for g in scheduler.optimizer.param_groups]
+            assert all(0 <= v < float('inf') for v in values), (leaf_id(path), values)
+        checked[leaf_id(path)] = key
+    # the families with schedules: DINO, probes, compare, MLLA (+ ablations), dense
+    assert {k.split('/')[0] for k in checked} >= {
+        'dino', 'linear_probe', 'compare', 'mlla', 'mask_rcnn', 'cascade_mask_rcnn',
+        'upernet'}
+    assert 'max_iters' in checked.values() and 'max_epochs' in checked.values()

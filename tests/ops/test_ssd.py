@@ -307,3 +307,38 @@ def test_chunked_chunk_states_and_final_state_survive_overflow():
                              initial_states=h0.double(), return_final_states=True)
     assert_close_scaled(y, want_y, rtol=1e-5)
     assert_close_scaled(h, want_h, rtol=1e-5)
+
+
+def test_quadratic_refuses_sequences_that_would_take_minutes(monkeypatch):
+    """'quadratic' above QUADRATIC_MAX_SEQLEN tokens (1024, from
+    benchmarks/results/ssd_quadratic_length.csv) fails at once, naming the limit
+    and the backend to use (was: 41 s for 4096 tokens of the toy configs); at the
+    limit it runs and equals the reference."""
+    import mmdinomamba.ops.backend as backend
+    assert backend.QUADRATIC_MAX_SEQLEN == 1024
+    monkeypatch.setattr(backend, 'QUADRATIC_MAX_SEQLEN', 12)
+    args, kwargs = make_inputs(seqlen=12)
+    y = ssd_scan(**args, **kwargs, backend='quadratic')
+    torch.testing.assert_close(y, ssd_ref(**args, **kwargs), **TOL[torch.float64])
+    args, kwargs = make_inputs(seqlen=13)
+    with pytest.raises(ValueError, match=r"backend 'quadratic' builds a 13 x 13 mixing "
+                       r'matrix per head, and refuses sequences longer than 12 tokens '
+                       r".*use ssd_backend='chunked'.*--cfg-options "
+                       r'model\.backbone\.mixer_cfg\.ssd_backend=auto'):
+        ssd_scan(**args, **kwargs, backend='quadratic')
+    ssd_scan(**args, **kwargs, backend='chunked')  # the other backends take it
+
+
+def test_the_toy_backbone_refuses_a_long_input_at_once():
+    """The toy DinoVim (ssd_backend='quadratic') on 264 px: 1089 patches + 2
+    readouts > 1024 tokens, refused at the first block instead of computed."""
+    import time
+
+    from mmdinomamba.models import DinoVim
+    model = DinoVim(arch=dict(embed_dims=16, num_layers=1), img_size=64, patch_size=8,
+                    mixer_cfg=dict(d_state=4, headdim=8, ssd_backend='quadratic'))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"'quadratic' builds a 1091 x 1091"):
+        model(torch.randn(1, 3, 264, 264))
+    assert time.perf_counter() - start < 5
+    assert model(torch.randn(1, 3, 64, 64))[0].shape == (1, 16)

@@ -103,3 +103,55 @@ def test_multi_view_preprocessor_becomes_its_single_image_twin():
     torch.testing.assert_close(out[0], expected)
     plain = dict(type='ClsDataPreprocessor', mean=[0.0], std=[1.0])
     assert single_view_preprocessor(plain) is plain
+
+
+def linear_probe_configs():
+    import glob
+    return sorted(glob.glob(osp.join(REPO, 'configs', 'linear_probe', '*.py')) +
+                  glob.glob(osp.join(REPO, 'configs', 'compare', 'linear-probe_*.py')))
+
+
+def test_every_linear_probe_config_gives_images():
+    """A linear-probe config's preprocessor is mmpretrain's top-level
+    ``data_preprocessor`` without a ``type`` (the classifier fills it in): the tool
+    crashed on every one with ``KeyError: ... must contain the key "type"``. It
+    normalises as the config says: RGB, (x - mean) / std."""
+    import numpy as np
+    import torch
+    from mmengine.config import Config
+
+    from mmdinomamba.analysis.images import ImagePipeline
+    paths = linear_probe_configs()
+    assert len(paths) >= 14
+    image = np.random.RandomState(0).randint(0, 256, (80, 80, 3), dtype=np.uint8)
+    for path in paths:
+        cfg = Config.fromfile(path)
+        assert 'type' not in cfg.data_preprocessor, path
+        out = ImagePipeline(cfg, 64).preprocessor(
+            dict(inputs=[torch.from_numpy(image[..., ::-1].copy()).permute(2, 0, 1)]),
+            False)['inputs'][0]
+        mean = torch.tensor(cfg.data_preprocessor.mean)[:, None, None]
+        std = torch.tensor(cfg.data_preprocessor.std)[:, None, None]
+        expected = (torch.from_numpy(image).permute(2, 0, 1).float() - mean) / std
+        torch.testing.assert_close(out, expected, msg=path)
+
+
+def test_tool_takes_a_linear_probe_config_and_its_checkpoint(tmp_path, tool):
+    """The toy linear probe, its backbone from a checkpoint (the config's own
+    init_cfg names the DINO run's, which this test has not made)."""
+    import torch
+    from mmengine.config import Config
+
+    from mmdinomamba.analysis.loading import load_backbone
+    config = osp.join(REPO, 'configs', 'linear_probe',
+                      'dinovim-toy-p8_1xb16-linear-10e_toy.py')
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.init_cfg = None
+    state = load_backbone(cfg).state_dict()
+    path = str(tmp_path / 'probe.pth')
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in state.items()}}, path)
+    paths = tool.main([config, path, '--toy', '--num-images', '1', '--layers', '-1',
+                       '--chunk', '16', '--out-dir', str(tmp_path / 'rank'),
+                       '--device', 'cpu', '--no-progress'])
+    data = json.load(open(paths['json']))
+    assert data['meta']['backbone'] == 'DinoVim' and data['meta']['layers'] == [3]

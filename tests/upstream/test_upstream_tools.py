@@ -177,3 +177,119 @@ def test_mmengine_complexity_counter_traces_dinovim():
     assert result['flops'] >= 2 * per_block
     with torch.no_grad():
         assert torch.isfinite(model(torch.randn(1, 3, 64, 64))[0]).all()
+
+
+# -- mmdet's and mmseg's get_flops on the dense configs ------------------------------
+
+MMDET_TOOLS = osp.join(osp.dirname(__import__('mmdet').__file__), '.mim', 'tools')
+MMSEG_TOOLS = osp.join(osp.dirname(__import__('mmseg').__file__), '.mim', 'tools')
+MMDET_CONFIGS = osp.join(osp.dirname(MMDET_TOOLS), 'configs')
+MMSEG_CONFIGS = osp.join(osp.dirname(MMSEG_TOOLS), 'configs')
+
+
+def test_the_traced_counter_resizes_the_position_table():
+    """As found: under tracing (mmengine's counter, mmdet's get_flops) a grid read
+    from a tensor's shape is a tensor, and resizing the position table to an input
+    of another size than ``img_size`` failed (``upsample_bicubic2d() received an
+    invalid combination of arguments - got (Tensor, NoneType, ...``). The traced
+    model now gives what the eager one gives, and the counter counts it."""
+    model = DinoVim(arch=dict(embed_dims=32, num_layers=2), img_size=64, patch_size=8,
+                    mixer_cfg=dict(d_state=16, headdim=16), out_type='featmap').eval()
+    image = torch.randn(1, 3, 96, 80)
+    with torch.no_grad():
+        eager = model(image)[0]
+        traced = torch.jit.trace(model, image, check_trace=False)(image)[0]
+    torch.testing.assert_close(traced, eager)
+    result = get_model_complexity_info(model, inputs=(image, ))
+    assert result['params'] == sum(p.numel() for p in model.parameters())
+    assert result['flops'] > 0
+
+
+def coco_2017(root: str) -> str:
+    """The toy COCO data under COCO 2017's names (linked); its folder."""
+    coco = osp.join(root, 'coco2017')
+    os.makedirs(osp.join(coco, 'annotations'))
+    for split in ('train', 'val'):
+        os.symlink(osp.join(root, 'coco', split), osp.join(coco, f'{split}2017'))
+        os.symlink(osp.join(root, 'coco', 'annotations', f'instances_{split}.json'),
+                   osp.join(coco, 'annotations', f'instances_{split}2017.json'))
+    return coco
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('config', [
+    zoo.config_path('cascade_mask_rcnn', 'cascade-mask-rcnn_dinovim-tiny-p16_fpn_1x_coco.py'),
+    zoo.config_path('mask_rcnn', 'mask-rcnn_mlla-tiny_fpn_ms-crop-1x_coco.py'),
+    osp.join(MMDET_CONFIGS, 'mask_rcnn', 'mask-rcnn_r50_fpn_1x_coco.py'),
+], ids=['cascade-dinovim-t', 'mask-rcnn-mlla-t', 'mmdet-mask-rcnn-r50'])
+def test_mmdet_get_flops_on_the_detectors(tmp_path, config):
+    """mmdet's tools/analysis_tools/get_flops.py (one image of the validation data,
+    resized to at most 120 x 72, traced through the detector) on ours as on
+    mmdet's own Mask R-CNN; the DinoVim detectors failed in resize_pos_embed."""
+    make_toy_dataset(str(tmp_path / 'toy'), num_classes=2, train_per_class=1,
+                     val_per_class=1, size=64, formats=['coco'])
+    coco = coco_2017(str(tmp_path / 'toy'))
+    copy = tmp_path / 'get_flops.py'
+    shutil.copy(osp.join(MMDET_TOOLS, 'analysis_tools', 'get_flops.py'), copy)
+    env = dict(ENV, DATA_ROOT=coco)
+    proc = subprocess.run(
+        [sys.executable, str(copy), config, '--num-images', '1', '--cfg-options',
+         'val_dataloader.num_workers=0', 'val_dataloader.persistent_workers=False',
+         'val_dataloader.dataset.pipeline.1.scale=(120,72)',
+         f'val_dataloader.dataset.data_root={coco}/'],
+        cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert re.search(r'Flops: [0-9.]+[GMT]', out) and 'Params: ' in out
+
+
+@pytest.mark.slow
+def test_mmseg_get_flops_logic_on_upernet():
+    """mmseg's get_flops.py counts with mmengine's counter on the segmentor's tensor
+    forward of a preprocessed random image: that logic, on our UperNet (DinoVim-T,
+    the table resized from 512 to 128 px under tracing) as on mmseg's SegFormer."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    from mmseg.structures import SegDataSample
+    for config in (zoo.config_path('upernet', 'upernet_dinovim-tiny-p16_8xb2-160k_'
+                                   'ade20k-512x512.py'),
+                   osp.join(MMSEG_CONFIGS, 'segformer',
+                            'segformer_mit-b0_8xb2-160k_ade20k-512x512.py')):
+        cfg = Config.fromfile(config)
+        init_default_scope('mmseg')
+        model = MODELS.build(cfg.model)
+        model.auxiliary_head = None
+        meta = dict(ori_shape=(128, 128), pad_shape=(128, 128))
+        data = model.data_preprocessor(dict(inputs=[torch.rand(3, 128, 128)],
+                                            data_samples=[SegDataSample(metainfo=meta)]))
+        model.eval()
+        result = get_model_complexity_info(model, inputs=data['inputs'],
+                                           show_table=False, show_arch=False)
+        assert result['flops'] > 0, config
+        assert result['params'] == sum(p.numel() for p in model.parameters()), config
+
+
+@pytest.mark.slow
+def test_mmseg_get_flops_script_fails_on_its_own_configs_too(tmp_path):
+    """mmseg 1.2.2's get_flops.py passes both ``input_shape`` and ``inputs`` to
+    mmengine's counter, which refuses that (mmengine 0.10): it fails on mmseg's own
+    configs as on ours, before any model code runs. docs/get_started.md says so and
+    points at tools/analysis/get_flops.py, which counts our UperNet."""
+    copy = tmp_path / 'get_flops.py'
+    shutil.copy(osp.join(MMSEG_TOOLS, 'analysis_tools', 'get_flops.py'), copy)
+    upernet = zoo.config_path('upernet', 'upernet_dinovim-tiny-p16_8xb2-160k_ade20k-'
+                              '512x512.py')
+    for config in (osp.join(MMSEG_CONFIGS, 'segformer',
+                            'segformer_mit-b0_8xb2-160k_ade20k-512x512.py'), upernet):
+        proc = subprocess.run([sys.executable, str(copy), config, '--shape', '64'],
+                              cwd=str(tmp_path), env=ENV, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 1
+        assert '"input_shape" and "inputs" cannot be both set.' in proc.stderr
+    out = run([sys.executable, osp.join(REPO, 'tools', 'analysis', 'get_flops.py'),
+               upernet, '--shape', '64', '64'], cwd=tmp_path)
+    assert re.search(r'MACs: +[0-9,]+', out) and 'backbone' in out
+    with open(osp.join(REPO, 'docs', 'get_started.md')) as f:
+        docs = f.read()
+    assert 'cannot be both set' in docs

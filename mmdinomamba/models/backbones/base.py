@@ -20,6 +20,7 @@ from mmengine.registry import DefaultScope
 from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
 
 from mmdinomamba.ops import check_finite
+from mmdinomamba.utils.arg_types import check_like
 
 Tensor = torch.Tensor
 
@@ -96,6 +97,10 @@ def resize_pos_embed(pos_embed: Tensor, src_hw: Tuple[int, int],
     Returns:
         Tensor: (1, num_prefix + dst_h * dst_w, dim).
     """
+    # under torch.jit.trace (mmengine's complexity counter, mmdet's get_flops) a
+    # grid read from a tensor's shape is a tensor: the trace keeps it as a constant
+    src_hw, dst_hw = (tuple(int(v) if torch.is_tensor(v) else v for v in hw)
+                      for hw in (src_hw, dst_hw))
     if tuple(src_hw) == tuple(dst_hw):
         return pos_embed
     if pos_embed.shape[1] != num_prefix + src_hw[0] * src_hw[1]:
@@ -159,6 +164,8 @@ def _parse_arch(cls, arch: Union[str, dict]) -> dict:
     missing = set(cls.essential_keys) - set(arch)
     if missing:
         raise ValueError(f'{cls.__name__}: custom arch is missing {sorted(missing)}')
+    # the preset's types: embed_dims an int, depths a list of ints, ...
+    check_like(arch, next(iter(cls.arch_zoo.values())), f'{cls.__name__}: arch.')
     return dict(arch)
 
 

@@ -14,6 +14,7 @@ from mmengine.model.weight_init import trunc_normal_
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
 from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, run_blocks
+from mmdinomamba.utils.arg_types import check_arg_types
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
@@ -141,6 +142,7 @@ class DinoVim(PlainBackbone):
                  norm_eps: float = 1e-5,
                  frozen_stages: int = -1,
                  init_cfg: Optional[dict] = None):
+        check_arg_types(DinoVim, locals(), 'DinoVim')  # config values' types
         super().__init__(arch, img_size, patch_size, out_indices, out_type,
                          final_norm, frozen_stages, init_cfg)
         if feature_source not in FEATURE_SOURCES:

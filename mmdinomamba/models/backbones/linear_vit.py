@@ -7,6 +7,7 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.mixers import LinearAttention
 from mmdinomamba.models.utils import drop_path_or_identity, linear_rates
+from mmdinomamba.utils.arg_types import check_arg_types
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
@@ -91,6 +92,7 @@ class LinearViT(PlainBackbone):
                  qkv_bias: bool = True,
                  frozen_stages: int = -1,
                  init_cfg: Optional[dict] = None):
+        check_arg_types(LinearViT, locals(), 'LinearViT')  # config values' types
         super().__init__(arch, img_size, patch_size, out_indices, out_type,
                          final_norm, frozen_stages, init_cfg)
         if feature_source not in FEATURE_SOURCES:

@@ -68,6 +68,7 @@ from mmdinomamba.models.mixers.positional import RopeTable, grid_conv
 from mmdinomamba.models.utils import drop_path_or_identity
 from mmdinomamba.ops import check_finite
 from mmdinomamba.utils import load_official_checkpoint
+from mmdinomamba.utils.arg_types import check_arg_types, check_like
 from .base import Intermediates, TokenLayout, _normalise_indices, resize_pos_embed
 from .linear_vit import Mlp
 from .mlla_official import convert, is_official, official_weights
@@ -356,6 +357,7 @@ class MLLA(BaseModule):
                  stem: str = 'conv',
                  downsample: str = 'mbconv',
                  init_cfg: Optional[dict] = None):
+        check_arg_types(MLLA, locals(), 'MLLA')  # config values' types
         super().__init__(init_cfg=init_cfg)
         _check_choice('stem', stem, STEMS)
         _check_choice('downsample', downsample, DOWNSAMPLES)
@@ -409,6 +411,8 @@ class MLLA(BaseModule):
         if missing:
             raise ValueError(f'MLLA: custom arch is missing {missing} (needs '
                              f'{list(cls.essential_keys)})')
+        # the preset's types: embed_dims an int, depths a list of ints, ...
+        check_like(arch, next(iter(cls.arch_zoo.values())), f'{cls.__name__}: arch.')
         for key in ('depths', 'num_heads'):
             if len(arch[key]) != cls.num_stages:
                 raise ValueError(f'MLLA: arch {key} must list {cls.num_stages} stages, '

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from mmdinomamba.models.utils import linear_rates
+from mmdinomamba.utils.arg_types import check_arg_types
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 from .mlla import MLLA, MLLABlock
 
@@ -82,6 +83,7 @@ class PlainMLLA(PlainBackbone):
                  frozen_stages: int = -1,
                  mixer_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
+        check_arg_types(PlainMLLA, locals(), 'PlainMLLA')  # config values' types
         super().__init__(arch, img_size, patch_size, out_indices, out_type,
                          final_norm, frozen_stages, init_cfg)
         if feature_source not in FEATURE_SOURCES:

@@ -71,6 +71,7 @@ from mmdinomamba.ops.mlla import (ATTENTION_BACKENDS, HeadTable, gla_mixing_matr
                                   linear_attention_parts, mlla_features_auto,
                                   mlla_features_ref, mlla_mixing_matrix, mlla_output,
                                   rope_head_table, values_per_head)
+from mmdinomamba.utils.arg_types import check_arg_types
 from .positional import depthwise_conv_matrix, grid_conv, rope_2d, rope_2d_table
 from .protocol import MixerInfo
 from .ssd_mixer import _init_dt_bias
@@ -149,6 +150,7 @@ class LinearAttentionMixer(nn.Module):
                  shortcut: bool = False,
                  eps: float = 1e-6,
                  attn_backend: str = 'auto'):
+        check_arg_types(LinearAttentionMixer, locals(), 'LinearAttentionMixer')
         super().__init__()
         qk_dim = dim if qk_dim is None else qk_dim
         if num_heads < 1 or dim % num_heads or qk_dim % num_heads:

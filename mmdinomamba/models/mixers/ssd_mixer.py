@@ -9,6 +9,7 @@ from einops import rearrange
 from mmdinomamba.ops import (BACKENDS, MixerParams, MixerSpec, RMSNorm, check_finite,
                              direction_ssd_inputs, mixer_core, ssd_decay_mask,
                              ssd_mixing_matrix, uses_fused_core)
+from mmdinomamba.utils.arg_types import check_arg_types
 from .protocol import MixerInfo
 
 Tensor = torch.Tensor
@@ -82,6 +83,7 @@ class SSDMixer(nn.Module):
                  norm_eps: float = 1e-5,
                  device=None,
                  dtype=None):
+        check_arg_types(SSDMixer, locals(), 'SSDMixer')  # config values' types
         super().__init__()
         dd = dict(device=device, dtype=dtype)
         self.dim = dim
