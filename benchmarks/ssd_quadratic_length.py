@@ -13,13 +13,10 @@ a backbone makes two such calls per block (both directions). This chose
 import argparse
 import csv
 import datetime
+import io
 import platform
 import sys
 import time
-
-import torch
-
-from mmdinomamba.ops.ssd import ssd_chunked, ssd_quadratic
 
 
 def parse_args(argv=None):
@@ -35,6 +32,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    import torch
+
+    from mmdinomamba.ops.ssd import ssd_chunked, ssd_quadratic
+    from mmdinomamba.utils import write_text_atomic
     torch.manual_seed(0)
     rows = []
     for length in args.lengths:
@@ -54,10 +56,11 @@ def main(argv=None):
         rows.append(row)
         print(', '.join(f'{k} {v}' for k, v in row.items()), flush=True)
     if args.out:
-        with open(args.out, 'w', newline='') as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        text = io.StringIO(newline='')
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        write_text_atomic(args.out, text.getvalue())
 
 
 if __name__ == '__main__':
