@@ -79,8 +79,8 @@ def test_run_comparison_on_cuda_without_cuda_exits_at_once(load_tool, monkeypatc
     script = load_tool('tools/run_comparison.py')
     work, data = tmp_path / 'cmp', tmp_path / 'data'
     with pytest.raises(SystemExit) as exit_:
-        script.main('compare', ROOT, ['--work-dir', str(work), '--data-root', str(data),
-                                      '--device', 'cuda'])
+        script.main(['--work-dir', str(work), '--data-root', str(data),
+                     '--device', 'cuda'])
     assert exit_.value.code == 2
     assert ('--device cuda: this machine has no CUDA device (torch.cuda.is_available() '
             'is False); run with --device cpu') in capsys.readouterr().err
