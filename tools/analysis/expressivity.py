@@ -42,10 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar=('TARGETS', 'SEQLENS', 'WIDTHS', 'HEADS'),
                         help='targets x sequence lengths x widths x heads, each a '
                         'comma-separated list; repeatable (default: DEFAULT_GRIDS)')
-    parser.add_argument('--budget', nargs=3, type=int, action='append',
-                        metavar=('MAX_SEQLEN', 'STEPS', 'RESTARTS'),
-                        help='evaluations and restarts per fit up to MAX_SEQLEN '
-                        f'tokens; repeatable (default: {list(Budget().tiers)})')
+    parser.add_argument('--budget', nargs='+', type=int, action='append',
+                        metavar='N',
+                        help='MAX_SEQLEN STEPS RESTARTS [MAX_EVALUATIONS]: evaluations '
+                        'of each start, random restarts and the most evaluations '
+                        'of a fit up to MAX_SEQLEN tokens; repeatable (default: '
+                        f'{list(Budget().tiers)})')
     parser.add_argument('--inputs', default='random',
                         help='kinds of token input of the --grid grids, '
                         "comma-separated: 'random', 'positional' (default: random)")
