@@ -803,8 +803,16 @@ def _lbfgs_phase(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
             loss.backward()
         return loss
 
-    lbfgs.step(closure)
+    try:
+        lbfgs.step(closure)
+    except RuntimeError:
+        # a line search that overflows (a step too large for float32) ends the
+        # phase where it began: the model keeps its parameters
+        return evaluations
     with torch.no_grad():
+        for name, value in params().items():
+            if not torch.isfinite(value).all():
+                return evaluations
         for name, value in params().items():
             named[name].copy_(value)
     return evaluations

@@ -81,13 +81,13 @@ class Budget:
             ``restarts`` the random starts beside the constructive and warm
             ones; ``max_evaluations`` the most a fit may spend, its starts and
             rounds together (a fit that stops there is reported as not
-            converged). The default: 200 evaluations a start, two random
-            restarts and at most 3000 at L = 64; 100, one and 1600 at 128;
-            100, one and 800 at 256 (the documented sweep in about 20 minutes
-            of one core).
+            converged). The default: 200 evaluations a start, one random
+            restart and at most 2400 at L = 64; 100, one and 1600 at 128; 80,
+            one and 640 at 256 (the documented sweep in about 20 minutes of
+            one core).
     """
-    tiers: Tuple[Tuple[int, ...], ...] = ((64, 200, 2, 3000), (128, 100, 1, 1600),
-                                          (256, 100, 1, 800))
+    tiers: Tuple[Tuple[int, ...], ...] = ((64, 200, 1, 2400), (128, 100, 1, 1600),
+                                          (256, 80, 1, 640))
 
     def __post_init__(self):
         if not self.tiers:

@@ -673,3 +673,53 @@ def test_decided_orders_need_intervals_apart():
             dict(family='b', best=0.3, lower_bound=0.2),
             dict(family='c', best=0.25, lower_bound=0.0)]
     assert decided_orders(rows) == ['a < b']
+
+
+# --------------------------------------------------------------------------- #
+# The committed report (docs/images/expressivity, made by the docs' command)
+# --------------------------------------------------------------------------- #
+def test_committed_report_holds_its_promises():
+    """Every cell has a lower bound and a best fit (or "no fit"), none above 1;
+    the bound is below the fit; containing families are at least as good as the
+    contained ones; and the cells issue 54 named reach what explicit parameters
+    reach."""
+    import json
+    import os.path as osp
+    path = osp.join(osp.dirname(__file__), '..', '..', 'docs', 'images',
+                    'expressivity', 'report.json')
+    with open(path) as f:
+        fits = json.load(f)['fits']
+    assert fits
+    cells = {}
+    for fit in fits:
+        assert fit['lower_bound'] is not None and fit['floors']
+        assert fit['best'] is None or fit['lower_bound'] - 1e-9 <= fit['best'] <= 1
+        cells[(fit['family'], fit['target'], fit['seqlen'], fit['width'],
+               fit['heads'], fit['inputs'])] = fit
+    for (family, target, L, width, heads, inputs), fit in cells.items():
+        for other in ex.contained_cells(family, width, heads,
+                                        [(f, w, h) for f, t, l, w, h, i in cells
+                                         if (t, l, i) == (target, L, inputs)]):
+            inner = cells[(other[0], target, L, other[1], other[2], inputs)]
+            if inner['best'] is not None:
+                assert fit['best'] is not None and fit['best'] <= inner['best']
+
+    def best(family, target, L):
+        return cells[(family, target, L, 16, 1, 'random')]['best']
+
+    assert best('softmax', 'band_1d', 64) <= 0.10
+    assert best('softmax', 'smooth_kernel', 64) <= 0.15
+    assert best('linear', 'smooth_kernel', 64) <= 0.17
+    assert best('softmax', 'permutation', 128) <= 0.01
+
+
+def test_a_line_search_that_overflows_ends_its_phase(monkeypatch):
+    """L-BFGS raising (a step too large for float32) leaves the model where the
+    phase began, finite, and the fit goes on."""
+    def overflow(self, closure):
+        closure()
+        raise RuntimeError('value cannot be converted to type float without overflow')
+    monkeypatch.setattr(torch.optim.LBFGS, 'step', overflow)
+    T = build_target('band_1d', 12)
+    result = fit_matrix(T, 'ssd_causal', 2, 1, steps=8, feature_dim=8)
+    assert math.isfinite(result.best) and result.best <= max(result.initial_errors)
