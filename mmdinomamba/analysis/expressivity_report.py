@@ -198,9 +198,11 @@ def format_markdown(results: dict, title: str = 'Expressivity of token mixers',
         '(n): stopped at the budget cap before converging; "no fit": the best '
         'fit was above 1, worse than the zero matrix. '
         f'Token features of width {meta["feature_dim"]} (seed {meta["seed"]}); '
-        'base evaluations and random restarts per start: ' + ', '.join(
-            f'{steps} x {restarts} up to L = {max_seqlen}'
-            for max_seqlen, steps, restarts in budget['tiers']) + '. '
+        'evaluations of each start, random restarts and the most evaluations '
+        'of a fit: ' + ', '.join(
+            f'{tier[1]}, {tier[2]}, '
+            f'{tier[3] if len(tier) > 3 else "16 x per start"} up to L = {tier[0]}'
+            for tier in budget['tiers']) + '. '
         f'{meta["fits"]} fits, {spent} evaluations ({unconverged} not converged), '
         f'{meta["wall_seconds"] / 60:.1f} min ({meta["torch_threads"]} torch '
         'threads).', '',
