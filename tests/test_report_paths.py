@@ -47,7 +47,9 @@ def test_committed_json_holds_no_absolute_paths():
 
 
 def test_committed_reports_hold_no_absolute_paths():
-    files = [n for n in _shipped('md') if n.startswith(('docs', 'configs'))]
+    # the reports the tools wrote (the pages' example commands may name /data)
+    files = [n for n in _shipped('md') if n.startswith(osp.join('docs', 'images'))]
+    assert files
     bad = []
     for name in files:
         with open(osp.join(ROOT, name)) as f:

@@ -192,7 +192,7 @@ def format_markdown(results: dict, title: str = 'Expressivity of token mixers',
         'floors; `family_floors`); the best fit is the lowest error over the '
         'starts (constructive, warm from the previous L, random seeds) after the '
         'convergence rule (the best start goes on with its budget doubling until a '
-        f'round gains less than {meta.get("tol", 1e-3):g}). (c): the fit of a '
+        f'stage gains less than {meta.get("tol", 1e-3):g}). (c): the fit of a '
         'contained family (smaller width, fewer heads, the causal SSD in the '
         'bidirectional one, MLLA in MLLA with LePE), which this family holds; '
         '(n): stopped at the budget cap before converging; "no fit": the best '
