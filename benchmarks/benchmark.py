@@ -47,6 +47,8 @@ Every timing but the loop's is the median over ``repeats`` timed runs of
 ``iters`` steps each, after ``warmup`` untimed steps, with the device
 synchronised around each run.
 """
+from __future__ import annotations  # annotations name torch types: not evaluated
+
 import argparse
 import contextlib
 import datetime
@@ -62,14 +64,26 @@ import time
 import traceback
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
-import torch
+# torch and the package: bound by load_runtime(), which parse_args() calls once the
+# arguments are parsed, so that --help answers at once (code that imports this file
+# to call its functions calls load_runtime() first)
+torch = graphed_blocks = dump_atomic = compile_submodules = None
+MLLA = DinoVim = LinearViT = None
+BACKENDS = resolve_backend = skip_kernels = ssd_scan = triton_available = None
 
-from mmdinomamba.engine import graphed_blocks
-from mmdinomamba.utils import dump_atomic
-from mmdinomamba.engine.hooks.compile_hook import compile_submodules
-from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
-from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
-                             triton_available)
+
+def load_runtime() -> None:
+    """Import torch and the package's parts this harness uses into its globals."""
+    global torch, graphed_blocks, dump_atomic, compile_submodules, MLLA, DinoVim, \
+        LinearViT, BACKENDS, resolve_backend, skip_kernels, ssd_scan, triton_available
+    import torch
+
+    from mmdinomamba.engine import graphed_blocks
+    from mmdinomamba.engine.hooks.compile_hook import compile_submodules
+    from mmdinomamba.models.backbones import MLLA, DinoVim, LinearViT
+    from mmdinomamba.ops import (BACKENDS, resolve_backend, skip_kernels, ssd_scan,
+                                 triton_available)
+    from mmdinomamba.utils import dump_atomic
 
 SIZES = ('tiny', 'small', 'base')
 # The names of every mode: backbones by their mmpretrain-style names (ALIASES adds
@@ -91,6 +105,9 @@ MODELS = {
     # and forward): the same numbers
     **{f'mlla-{a}-rope-per-call': dict(type='MLLA', arch=a, rope_tables='per-call')
        for a in SIZES},
+    # the stages replayed from CUDA graphs, as CUDAGraphBlocksHook (which the shipped
+    # MLLA configs hold) sets them: the same kernels and numbers
+    **{f'mlla-{a}-graphed': dict(type='MLLA', arch=a, stage_graphs=True) for a in SIZES},
 }
 BASELINE = 'vit-base'
 
@@ -130,7 +147,8 @@ CLS_CONFIGS = {
     **{f'mlla-{a}': osp.join(REPO, 'configs', 'mlla', f'mlla-{a}_32xb128-300e_in1k.py')
        for a in SIZES},
 }
-AMP_DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16, 'none': None}
+# --amp: the torch dtype's name (None: no autocast)
+AMP_DTYPES = {'bf16': 'bfloat16', 'fp16': 'float16', 'none': None}
 DROP_PATH_RATE = 0.1
 
 
@@ -310,7 +328,33 @@ def build_swin(img_size: int, **cfg) -> torch.nn.Module:
     return model
 
 
-MODEL_TYPES = ('DinoVim', 'LinearViT', 'MLLA', 'Swin', 'ViT')
+def build_official_mlla(path: str, arch: str, img_size: int) -> torch.nn.Module:
+    """The official MLLA (LeapLabTHU/MLLA ``models/mlla.py``, read from ``path``
+    as it is: nothing is fetched) in the ``arch`` of ours, without its classifier
+    (``num_classes=0``: its forward is the final-normed, pooled features)."""
+    import importlib.util
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'benchmark: --official-mlla {path!r} is not a file; '
+                                "give the path of the official code's models/mlla.py")
+    spec = importlib.util.spec_from_file_location('official_mlla', path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as e:  # the official code needs timm
+        raise RuntimeError(f'benchmark: the official MLLA at {path} does not import '
+                           f'({e}); it needs timm') from e
+    if not hasattr(module, 'MLLA'):
+        raise ValueError(f'benchmark: {path} defines no MLLA class; is it the '
+                         "official models/mlla.py?")
+    a = MLLA.arch_zoo[arch]
+    model = module.MLLA(img_size=img_size, num_classes=0, embed_dim=a['embed_dims'],
+                        depths=a['depths'], num_heads=a['num_heads'],
+                        mlp_ratio=a['mlp_ratio'], drop_path_rate=DROP_PATH_RATE)
+    model.baseline_source = f'official MLLA ({osp.basename(path)})'
+    return model
+
+
+MODEL_TYPES = ('DinoVim', 'LinearViT', 'MLLA', 'OfficialMLLA', 'Swin', 'ViT')
 
 
 def build_model(spec: dict, img_size: int) -> torch.nn.Module:
@@ -319,11 +363,14 @@ def build_model(spec: dict, img_size: int) -> torch.nn.Module:
     kind = cfg.pop('type')
     if kind == 'ViT':
         return build_vit_b(img_size)
+    if kind == 'OfficialMLLA':
+        return build_official_mlla(cfg['path'], cfg['arch'], img_size)
     if kind not in MODEL_TYPES:
         raise ValueError(f'benchmark: unknown model type {kind!r}; choose one of '
                          f'{MODEL_TYPES}')
     runner = cfg.pop('stack_runner', None)
     rope_tables = cfg.pop('rope_tables', None)
+    stage_graphs = cfg.pop('stage_graphs', False)
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     if kind == 'Swin':
         return build_swin(img_size, **cfg)
@@ -331,6 +378,8 @@ def build_model(spec: dict, img_size: int) -> torch.nn.Module:
         img_size=img_size, **cfg)
     set_stack_runner(model, runner)
     set_rope_tables(model, rope_tables)
+    if stage_graphs:
+        graphed_blocks.graph_blocks(model)
     return model
 
 
@@ -761,11 +810,13 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
                  amp: Optional[torch.dtype] = None,
                  launches: Sequence[str] = ('fast', )) -> List[Dict[str, object]]:
     """The host's work for one eager training step (forward, backward) of a DinoVim
-    through the fused path, on the CPU with the kernels skipped
+    or an MLLA through the fused path, on the CPU with the kernels skipped
     (:func:`mmdinomamba.ops.skip_kernels`).
 
-    The backbone has the spec's depth and layout at ``width`` channels, on
-    ``batch`` images of ``img_size`` pixels (18 tokens at 64 px), so the torch
+    The backbone has the spec's depth and layout, a DinoVim at ``width`` channels
+    and an MLLA at its own widths, on ``batch`` images of ``img_size`` pixels (18
+    tokens at 64 px for a DinoVim, a 16 x 16 grid in an MLLA's first stage), so
+    the torch
     operators' arithmetic is negligible and the step is the host's work: the same
     operators, launches and Python as at any size (they depend on the depth and the
     layout, not on the width). With ``amp`` the forward runs under CPU autocast
@@ -786,21 +837,28 @@ def measure_host(spec: dict, width: int = 64, batch: int = 2, img_size: int = 64
         launches), ``ops`` (:func:`operators_per_call`) and ``pycalls``.
     """
     cfg = dict(spec)
-    if cfg.pop('type') != 'DinoVim':
-        raise ValueError('benchmark host: measures the fused path of DinoVim models, '
-                         f"got {spec['type']!r}")
+    kind = cfg.pop('type')
+    if kind not in ('DinoVim', 'MLLA'):
+        raise ValueError('benchmark host: measures the fused path of DinoVim and MLLA '
+                         f"models, got {spec['type']!r}")
     if not launches or not set(launches) <= set(LAUNCHES):
         raise ValueError(f'benchmark host: launches must be some of {LAUNCHES}, '
                          f'got {launches!r}')
     arch = cfg.pop('arch', 'base')
-    depth = (DinoVim.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)[
-        'num_layers']
     runner = cfg.pop('stack_runner', None)
+    rope_tables = cfg.pop('rope_tables', None)
+    cfg.pop('stage_graphs', None)  # CUDA graphs: nothing to replay on the CPU
     cfg.setdefault('drop_path_rate', DROP_PATH_RATE)
     torch.manual_seed(0)
-    model = DinoVim(arch=dict(embed_dims=width, num_layers=depth), img_size=img_size,
-                    **cfg).train()
-    set_stack_runner(model, runner)
+    if kind == 'MLLA':  # its own widths: at 64 px its grids are 16 x 16 down to 2 x 2
+        model = MLLA(arch=arch, img_size=img_size, **cfg).train()
+        set_rope_tables(model, rope_tables)
+    else:
+        depth = (DinoVim.arch_zoo[arch.lower()] if isinstance(arch, str) else arch)[
+            'num_layers']
+        model = DinoVim(arch=dict(embed_dims=width, num_layers=depth),
+                        img_size=img_size, **cfg).train()
+        set_stack_runner(model, runner)
     x = torch.randn(batch, 3, img_size, img_size)
 
     def step():
@@ -1452,7 +1510,8 @@ COMPILE_MODES = ['default', 'reduce-overhead', 'max-autotune',
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--device',
+                        help='default: cuda when there is one, else cpu')
     parser.add_argument('--amp', choices=sorted(AMP_DTYPES),
                         help='autocast dtype (kernel mode: input dtype); default bf16, '
                         "none in host mode (on a CPU, bf16 matrix products time the "
@@ -1475,7 +1534,7 @@ def parse_args(argv=None):
                    help='one per size')
     m.add_argument('--modes', nargs='+', choices=['infer', 'train'],
                    default=['infer', 'train'])
-    m.add_argument('--ssd-backend', choices=BACKENDS, default='auto',
+    m.add_argument('--ssd-backend', default='auto', metavar='BACKEND',
                    help="DinoVim mixers' ssd_backend ('auto': fused Triton on CUDA)")
     m.add_argument('--baseline', type=model_name, choices=sorted(MODELS),
                    metavar='MODEL', default=BASELINE,
@@ -1494,6 +1553,10 @@ def parse_args(argv=None):
                    help="what --compile compiles: the whole 'model', or each of its "
                    "'blocks' on its own (regional: blocks of one shape share a graph, "
                    'so compiling takes a fraction of the time)')
+    m.add_argument('--official-mlla', metavar='PATH',
+                   help="the official MLLA's models/mlla.py (LeapLabTHU/MLLA, read "
+                   'from PATH, never fetched): each mlla-* model of --models gets an '
+                   "'-official' row of the same arch, measured in the same call")
     m.add_argument('--graph-blocks', action='store_true',
                    help="replay DinoVim's blocks from CUDA graphs in the eager steps "
                    '(what CUDAGraphBlocksHook does)')
@@ -1527,12 +1590,14 @@ def parse_args(argv=None):
     h = sub.add_parser('host', help="the fused path's host work per eager training step, "
                        'on the CPU with the kernels skipped')
     h.add_argument('--models', nargs='+', type=model_name,
-                   choices=sorted(n for n, m in MODELS.items() if m['type'] == 'DinoVim'),
+                   choices=sorted(n for n, m in MODELS.items()
+                                  if m['type'] in ('DinoVim', 'MLLA')),
                    default=['dinovim-base', 'dinovim-base-loop'])
     h.add_argument('--baseline', type=model_name, default='dinovim-base-loop',
                    help="the row the others' ratios refer to (one of --models)")
     h.add_argument('--width', type=int, default=64,
-                   help='channels (the depth and layout are the model\'s own)')
+                   help="a DinoVim's channels (the depth and layout are the model's "
+                   'own; an MLLA keeps its widths)')
     h.add_argument('--batch', type=int, default=2)
     h.add_argument('--rounds', type=int, default=3,
                    help='the models take turns; each keeps its lowest median')
@@ -1540,8 +1605,10 @@ def parse_args(argv=None):
                    help="how the kernels are launched: 'fast' (the package's launcher) "
                    "and/or 'triton' (Triton's own path); each model under each")
     k = sub.add_parser('kernel', help='the SSD op alone')
-    k.add_argument('--backends', nargs='+', choices=[b for b in BACKENDS if b != 'auto'],
-                   default=['chunked', 'triton', 'mamba_ssm'])
+    k.add_argument('--backends', nargs='+', metavar='BACKEND',
+                   default=['chunked', 'triton', 'mamba_ssm'],
+                   help='SSD backends of mmdinomamba.ops.BACKENDS but auto '
+                   '(default: chunked triton mamba_ssm)')
     k.add_argument('--batch', type=int, default=128)
     k.add_argument('--seqlen', type=int, default=198)
     k.add_argument('--nheads', type=int, default=24)
@@ -1589,7 +1656,20 @@ def parse_args(argv=None):
     lp.add_argument('--config-dir', default=CONFIG_DIR,
                     help="where the DINO configs are (default: this checkout's "
                     'configs/dino)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    load_runtime()  # after parsing: --help and usage errors come at once
+    backends = {'ssd_backend': [getattr(args, 'ssd_backend', 'auto')],
+                'backends': [b for b in getattr(args, 'backends', None) or []]}
+    for option, names in backends.items():
+        allowed = BACKENDS if option == 'ssd_backend' else \
+            tuple(b for b in BACKENDS if b != 'auto')
+        for name in names:
+            if name not in allowed:
+                parser.error(f"argument --{option.replace('_', '-')}: invalid choice: "
+                             f"{name!r} (choose from {', '.join(map(repr, allowed))})")
+    if args.device is None:
+        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    return args
 
 
 def main(argv=None) -> dict:
@@ -1599,7 +1679,7 @@ def main(argv=None) -> dict:
         return main_loop(args)
     if args.amp is None:
         args.amp = 'none' if args.mode == 'host' else 'bf16'
-    amp = AMP_DTYPES[args.amp]
+    amp = getattr(torch, AMP_DTYPES[args.amp]) if AMP_DTYPES[args.amp] else None
     result = dict(mode=args.mode, environment=environment(device),
                   settings=dict(amp=args.amp, warmup=args.warmup, repeats=args.repeats,
                                 iters=args.iters), command=' '.join(sys.argv))
@@ -1610,13 +1690,17 @@ def main(argv=None) -> dict:
             spec = dict(MODELS[name])
             if spec['type'] == 'DinoVim':
                 spec['mixer_cfg'] = dict(ssd_backend=args.ssd_backend)
+            if args.official_mlla and spec['type'] == 'MLLA' and len(spec) == 2:
+                specs[f'{name}-official'] = dict(type='OfficialMLLA', arch=spec['arch'],
+                                                 path=args.official_mlla)
             specs[name] = spec
         result['settings'].update(baseline=baseline, sizes=args.sizes,
                                   batch_sizes=args.batch_sizes,
                                   modes=args.modes, ssd_backend=args.ssd_backend,
                                   cuda_graph=args.cuda_graph, compile=args.compile,
                                   compile_scope=args.compile_scope,
-                                  graph_blocks=args.graph_blocks, rounds=args.rounds)
+                                  graph_blocks=args.graph_blocks, rounds=args.rounds,
+                                  official_mlla=args.official_mlla)
         if args.cuda_graph and device.type != 'cuda':
             raise ValueError('benchmark: --cuda-graph needs a CUDA device')
         rows = run_models(specs, args.sizes, args.batch_sizes, device, amp, args.modes,

@@ -12,11 +12,6 @@ its own few tensors).
 import argparse
 import time
 
-import torch
-
-from mmdinomamba.engine.finite import finite_flags
-from mmdinomamba.models import DinoVim
-
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -30,6 +25,9 @@ def parse_args(argv=None):
 
 def check(grads, losses) -> bool:
     """The hook's work for one step: flag the gradients, one read."""
+    import torch
+
+    from mmdinomamba.engine.finite import finite_flags
     flags, _ = finite_flags(grads)
     return bool(torch.cat([torch.isfinite(v).reshape(-1) for v in losses] +
                           [flags]).all().item())
@@ -39,6 +37,10 @@ def main(argv=None):
     args = parse_args(argv)
     if args.runs < 1:
         raise ValueError(f'--runs must be >= 1, got {args.runs}')
+    # imported after parsing, so that --help answers at once
+    import torch
+
+    from mmdinomamba.models import DinoVim
     device = torch.device(args.device)
     torch.manual_seed(0)
     for arch in args.arch:

@@ -5,10 +5,16 @@ benchmarks/README.md. A link ``[text](target)`` or image ``![alt](target)``
 outside code blocks whose target is not a URL must name an existing file or
 folder, relative to the page; a ``#anchor`` into a Markdown page must name one of
 its headings, slugged as GitHub does.
+
+And no file of the repository points outside it: a user's clone has nothing beside
+it, so no test, doc, config or tool may name the development workspace's folder
+beside the checkout or its private notes (:data:`OUTSIDE`).
 """
 import glob
+import os
 import os.path as osp
 import re
+import subprocess
 
 import pytest
 
@@ -126,3 +132,82 @@ def test_config_folder_readme_has_the_model_zoo_form(folder):
               if '_base_' not in osp.relpath(f, folder).split(osp.sep)]
     unlinked = sorted(osp.relpath(f, REPO) for f in leaves if osp.normpath(f) not in linked)
     assert not unlinked, f'configs the README does not list: {unlinked}'
+
+
+# What a file of the repository must not name: the workspace folder beside the
+# checkout (a parent-relative "shared" folder, its fixtures folder) and the
+# workspace's notes. Spelled in pieces so that this file does not match itself.
+OUTSIDE = re.compile('|'.join([
+    r'\.\.[/\\]+' + 'shared' + r'\b',
+    r'\b' + 'shared' + r'[/\\]+' + 'fixtures' + r'\b',
+    r'\b(?:' + '|'.join(['DE' + 'SIGN', 'ML' + 'LA', 'ST' + 'YLE']) + r')\.md\b',
+    r'''['"]\.\.['"]\s*,\s*['"]''' + 'shared' + r'''['"]''',  # osp.join(.., '..', ...)
+]).encode())
+# folders a checkout may hold that are not part of the repository (.gitignore; and
+# the top-level data/)
+UNTRACKED = {'.git', '.venv', 'work_dirs', 'build', '.whl', '__pycache__',
+             '.pytest_cache'}
+
+
+def _repository_files() -> list:
+    """The tracked files (``git ls-files``); without git (an unpacked source
+    archive), every file outside the ignored folders."""
+    if osp.isdir(osp.join(REPO, '.git')):
+        try:
+            out = subprocess.run(['git', 'ls-files', '-z'], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+            return [osp.join(REPO, p) for p in out.decode().split('\0') if p]
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    files = []
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in UNTRACKED and not d.endswith('.egg-info')
+                   and not (root == REPO and d == 'data')]
+        files += [osp.join(root, n) for n in names]
+    return files
+
+
+def outside_references(paths) -> list:
+    """``path:line: text`` of every line of ``paths`` that :data:`OUTSIDE` matches
+    (binary files too: a pickled path counts)."""
+    hits = []
+    for path in paths:
+        if not osp.isfile(path):
+            continue
+        with open(path, 'rb') as f:
+            data = f.read()
+        for match in OUTSIDE.finditer(data):
+            line = data.count(b'\n', 0, match.start()) + 1
+            hits.append(f'{osp.relpath(path, REPO)}:{line}: '
+                        f'{match.group(0).decode(errors="replace")}')
+    return hits
+
+
+def test_no_file_points_outside_the_repository():
+    files = _repository_files()
+    assert osp.join(REPO, 'README.md') in files and len(files) > 100
+    hits = outside_references(files)
+    assert not hits, ('files that name something outside the repository (a clone has '
+                      'nothing beside it; put what they need under the repository, '
+                      'e.g. tests/data/):\n' + '\n'.join(hits))
+
+
+def test_outside_references_are_caught(tmp_path):
+    """The check finds each form, in text and in a binary file, and passes the
+    repository's own names (docs/mlla.md, tests/data/)."""
+    forms = ['../' + 'shared/' + 'fixtures/x.pt', '..\\' + 'shared',
+             'see DE' + 'SIGN.md', 'MLLA' + '.md section 5', '(STY' + 'LE.md)',
+             "osp.join(REPO, '..', " + "'shared', 'fixtures')"]
+    for number, form in enumerate(forms):
+        path = tmp_path / f'{number}.txt'
+        path.write_text(f'first line\nthe text {form} here\n')
+        found = OUTSIDE.search(form.encode()).group(0).decode()
+        assert outside_references([str(path)]) == [
+            f'{osp.relpath(str(path), REPO)}:2: {found}']
+    binary = tmp_path / 'b.pt'
+    binary.write_bytes(b'\x80\x02' + ('../' + 'shared/x').encode() + b'\x00')
+    assert len(outside_references([str(binary)])) == 1
+    clean = tmp_path / 'clean.md'
+    clean.write_text('docs/mlla.md, tests/data/official_mlla_small.pt, shared_memory, '
+                     'the shared toy generator\n')
+    assert outside_references([str(clean)]) == []

@@ -100,6 +100,35 @@ def test_quick_start_commands_name_existing_files():
     assert f'work_dirs/{stem}/epoch_{cfg.train_cfg.max_epochs}.pth' in shell
 
 
+def test_quick_start_data_step_makes_the_data_the_config_reads(load_tool):
+    """The data command writes the rich 64 px toy data where the training and the
+    Binary-AUC configs read it (the simple style at 96 px left DINO at log K)."""
+    import shlex
+    shell = '\n'.join(_blocks(_section(_readme(), 'Quick start'), 'bash'))
+    commands = shell.replace('\\\n', ' ').splitlines()  # continued lines joined
+    line = next(line for line in commands if 'tools/make_toy_data.py' in line)
+    argv = shlex.split(line.split('#')[0])
+    assert argv[:2] == ['python', 'tools/make_toy_data.py']
+    args = load_tool('tools/make_toy_data.py').build_parser().parse_args(argv[2:])
+    train = Config.fromfile(
+        osp.join(REPO, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py'))
+    auc = Config.fromfile(
+        osp.join(REPO, 'configs/binary_auc/binary-auc_dinovim-toy-p8_toy.py'))
+    assert args.out_dir == train.train_dataloader.dataset.data_root == \
+        auc.test_dataloader.dataset.data_root
+    crop = next(t for t in train.train_dataloader.dataset.pipeline
+                if t['type'] == 'DINOMultiCrop')
+    assert args.style == 'rich' and args.size == crop['global_size']
+    assert args.formats is None or 'imagenet' in args.formats  # ImageNet-S masks
+    assert args.overwrite  # a second run, or one after make demo, replaces it
+    # make demo's data (the README's expected losses are the demo's DINO run)
+    from mmdinomamba.analysis.recipe_presets import PRESETS
+    demo = PRESETS['demo'].data
+    assert (args.train_per_class, args.val_per_class) == \
+        (demo['train_per_class'], demo['val_per_class'])
+    assert (args.style, args.size) == (demo['style'], demo['size'])
+
+
 def test_every_config_path_in_readme_exists():
     text = _readme()
     named = set(re.findall(r'configs/[\w./-]+', text))

@@ -9,8 +9,6 @@ Example::
 """
 import argparse
 
-from mmdinomamba.datasets.toy import FORMATS, STYLES, make_toy_dataset
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -22,16 +20,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--val-per-class', type=int, default=4)
     parser.add_argument('--size', type=int, default=96, help='image side (px)')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--formats', nargs='+', choices=FORMATS,
-                        default=list(FORMATS))
-    parser.add_argument('--style', choices=STYLES, default='simple',
-                        help="'rich': shape and texture classes in random colours "
-                        'on cluttered backgrounds')
-    parser.add_argument('--placement', choices=('centred', 'uniform'),
-                        default='centred',
+    parser.add_argument('--formats', nargs='+', metavar='FORMAT',
+                        help="the copies to write, of 'imagenet' (ImageNet folders "
+                        "with ImageNet-S masks), 'ade' and 'coco' (default: all)")
+    parser.add_argument('--style', default='simple',
+                        help="'simple' (default), or 'rich': shape and texture "
+                        'classes in random colours on cluttered backgrounds (what '
+                        'the toy DINO configs read)')
+    parser.add_argument('--placement', default='centred',
                         help="rich style: 'uniform' draws each shape's centre "
-                        "anywhere in the image (no centre bias); 'centred' keeps "
-                        'shapes inside it')
+                        "anywhere in the image (no centre bias); 'centred' "
+                        '(default) keeps shapes inside it')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace a toy dataset made with other arguments')
     return parser
@@ -40,11 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    from mmdinomamba.datasets.toy import FORMATS, make_toy_dataset
     try:
         make_toy_dataset(args.out_dir, num_classes=args.num_classes,
                          train_per_class=args.train_per_class,
                          val_per_class=args.val_per_class, size=args.size,
-                         seed=args.seed, formats=args.formats,
+                         seed=args.seed, formats=args.formats or list(FORMATS),
                          overwrite=args.overwrite, style=args.style,
                          placement=args.placement)
     except (ValueError, FileExistsError) as err:

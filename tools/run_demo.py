@@ -15,17 +15,41 @@ teacher's mean over the held-out images is not higher than its init's on both
 k-NN and the attention map's Binary-AUC (docs/dino.md, "The demo"). ``--help``
 lists the other options.
 """
+import importlib.util
 import logging
 import logging.handlers
 import os.path as osp
+import sys
 
-# the warnings the libraries raise while they import (pkg_resources, ...) wait
-# here for the run's log file (recipe.log_to_file), off the screen
-logging.captureWarnings(True)
-logging.getLogger('py.warnings').addHandler(
-    logging.handlers.MemoryHandler(10000, flushLevel=logging.CRITICAL + 1))
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
-from mmdinomamba.analysis.recipe import main  # noqa: E402
+
+def recipe_presets():
+    """``mmdinomamba/analysis/recipe_presets.py`` (data and argparse only), read
+    without importing the package, whose import loads torch and the OpenMMLab
+    registries: ``--help`` and bad arguments are answered at once."""
+    spec = importlib.util.find_spec('mmdinomamba')  # finds it, runs nothing
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit('mmdinomamba is not installed: run `make install` (or '
+                 '`pip install -e .`) first')
+    path = osp.join(spec.submodule_search_locations[0], 'analysis', 'recipe_presets.py')
+    module_spec = importlib.util.spec_from_file_location('_recipe_presets', path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # dataclasses look their module up
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None):
+    recipe_presets().parse_command_line('demo', ROOT, argv, ())
+    # the warnings the libraries raise while they import (pkg_resources, ...) wait
+    # here for the run's log file (recipe.log_to_file), off the screen
+    logging.captureWarnings(True)
+    logging.getLogger('py.warnings').addHandler(
+        logging.handlers.MemoryHandler(10000, flushLevel=logging.CRITICAL + 1))
+    from mmdinomamba.analysis.recipe import main as run
+    run('demo', ROOT, argv, ())
+
 
 if __name__ == '__main__':
-    main('demo', osp.dirname(osp.dirname(osp.abspath(__file__))))
+    main()

@@ -5,9 +5,11 @@
 
 Works for mmpretrain, mmseg and mmdet configs alike: the config's
 ``default_scope`` picks the registries, and ``mmdinomamba`` is imported so our
-classes are registered. The run holds the work_dir's lock (one run per work_dir),
-a ``load_from`` checkpoint must fill the model and be finite (``--no-strict``
-allows missing tensors), and the data is checked before training starts (see
+classes are registered. The run holds the lock of every folder it writes (one
+run per work_dir and per checkpoint out_dir), a ``load_from`` or ``--resume``
+checkpoint must fit and fill the model and be finite (a tensor of another shape is
+refused; ``--no-strict`` allows missing tensors), and the data is checked before
+training starts (see
 :mod:`mmdinomamba.engine.run_checks`).
 """
 import argparse
@@ -15,17 +17,9 @@ import os
 import os.path as osp
 from contextlib import ExitStack
 
-from mmengine.config import Config
-from mmengine.runner import Runner
-
-import mmdinomamba  # noqa: F401  (registers our classes)
-from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, add_config_args,
-                                add_launcher_args, amp_twin, build_checked_loop,
-                                check_config_keys, check_pretrained_checkpoints,
-                                check_resume_checkpoint, export_local_rank,
-                                find_resume_checkpoint, set_work_dir,
-                                setup_cpu_distributed, setup_cpu_threads,
-                                teardown_distributed)
+# torch, mmengine's runner and the package are imported after the arguments are
+# parsed, so that --help answers at once
+from mmengine.config import DictAction
 
 CONFIG_ROOT = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 
@@ -47,14 +41,33 @@ def parse_args():
                         help='do not evaluate during training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the actual batch size')
-    add_config_args(parser)
-    add_launcher_args(parser)
+    add_run_args(parser)
     args = parser.parse_args()
-    export_local_rank(args)
+    if 'LOCAL_RANK' not in os.environ:  # the launcher's wins
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
 
 
-def merge_args(cfg: Config, args) -> Config:
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """The options tools/train.py and tools/test.py share (tests/tools check that
+    both parse them alike): ``--cfg-options``, ``--no-strict``, ``--launcher``,
+    ``--local-rank``, as OpenMMLab's tools take them."""
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings in the config, key=value (e.g. '
+        'model.backbone.arch=tiny train_dataloader.batch_size=8)')
+    parser.add_argument('--no-strict', action='store_true',
+                        help='let the checkpoint (load_from, or the one tested) '
+                        'leave model tensors uninitialised (they keep their initial '
+                        'values; default: refuse, naming them)')
+    parser.add_argument('--launcher', choices=('none', 'pytorch', 'slurm', 'mpi'),
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def merge_args(cfg: 'Config', args) -> 'Config':
+    from mmdinomamba.engine import (amp_twin, check_resume_checkpoint,
+                                    find_resume_checkpoint, set_work_dir)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -91,6 +104,14 @@ def is_first_process() -> bool:
 
 def main():
     args = parse_args()
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
+    import mmdinomamba  # noqa: F401  (registers our classes)
+    from mmdinomamba.engine import (StrictLoadHook, WorkDirLock, build_checked_loop,
+                                    check_config_keys, check_pretrained_checkpoints,
+                                    run_folders, setup_cpu_distributed,
+                                    setup_cpu_threads, teardown_distributed)
     cfg = Config.fromfile(args.config)
     keys = list(cfg.keys())
     cfg = merge_args(cfg, args)
@@ -99,7 +120,8 @@ def main():
     setup_cpu_threads()  # one thread on a CPU-only machine, unless OMP_NUM_THREADS
     with ExitStack() as stack:
         if is_first_process():
-            stack.enter_context(WorkDirLock(cfg.work_dir))  # one run per work_dir
+            # one run per work_dir and per checkpoint out_dir
+            stack.enter_context(WorkDirLock(*run_folders(cfg)))
         setup_cpu_distributed(cfg)  # --launcher pytorch on a CPU-only machine
         runner = Runner.from_cfg(cfg)
         runner.register_hook(StrictLoadHook(strict=not args.no_strict))

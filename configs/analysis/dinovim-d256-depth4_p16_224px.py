@@ -1,5 +1,5 @@
-# The architecture of the official reduced-depth fixture
-# (../shared/fixtures/official_vim_d256_depth4.pt): DinoVim-T width, 4 blocks, the
+# The architecture of the official reduced-depth reference model
+# (tests/data/official_vim_d256_depth4.pt): DinoVim-T width, 4 blocks, the
 # default mixer (N = 64, headdim 64). Pass that file as CHECKPOINT to the rank tool.
 _base_ = ['./dinovim-mini_p16_128px.py']
 

@@ -19,5 +19,6 @@ model = dict(
             type='Pretrained',
             checkpoint='work_dirs/dino_vit-base-p16_4xb48-amp-100e_in1k/'
             'epoch_100.pth',
-            prefix='teacher.backbone.')),
+            prefix='teacher.backbone.',
+            strict=True)),
     neck=dict(with_bn=True))

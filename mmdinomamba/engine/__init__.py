@@ -1,6 +1,5 @@
 from .cpu_threads import default_cpu_threads, setup_cpu_threads
-from .distributed import (CPUDistributedDataParallel, add_launcher_args,
-                          export_local_rank, setup_cpu_distributed,
+from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
                           teardown_distributed)
 from .finite import non_finite
 from .hooks import (CompileModulesHook, CUDAGraphBlocksHook, DINOFreezeLastLayerHook,
@@ -13,11 +12,11 @@ from .pretrained import check_pretrained_checkpoints
 from .rng_state import (epoch_worker_init_fn, gather_rng_states, get_rng_state,
                         set_rng_state)
 from .run_checks import build_checked_loop, check_config_keys
-from .run_config import (AMP_WRAPPERS, add_config_args, amp_twin, parse_cfg_options,
-                         set_data_root, set_num_workers, set_run_length)
+from .run_config import (AMP_WRAPPERS, amp_twin, parse_cfg_options, set_data_root,
+                         set_num_workers, set_run_length)
 from .work_dir import (check_resume_checkpoint, epoch_checkpoints, epoch_losses,
                        find_resume_checkpoint, latest_checkpoint, logged_runs,
-                       read_scalars, set_work_dir)
+                       read_scalars, run_folders, set_work_dir)
 from .work_dir_lock import WorkDirLock, WorkDirLockedError
 
 __all__ = ['AMP_WRAPPERS', 'CompileModulesHook', 'CPUDistributedDataParallel',
@@ -26,12 +25,12 @@ __all__ = ['AMP_WRAPPERS', 'CompileModulesHook', 'CPUDistributedDataParallel',
            'InitialWeightsHook', 'KNNMonitorHook', 'LayerDecayOptimWrapperConstructor',
            'NonFiniteStopHook', 'PerParamClipAmpOptimWrapper',
            'PerParamClipOptimWrapper', 'ResumableCheckpointHook', 'StrictLoadHook',
-           'WorkDirLock', 'WorkDirLockedError', 'add_config_args', 'add_launcher_args',
-           'amp_twin', 'build_checked_loop', 'check_config_keys',
+           'WorkDirLock', 'WorkDirLockedError', 'amp_twin', 'build_checked_loop', 'check_config_keys',
            'check_pretrained_checkpoints', 'check_resume_checkpoint',
            'default_cpu_threads', 'epoch_checkpoints', 'epoch_losses',
-           'epoch_worker_init_fn', 'export_local_rank', 'find_resume_checkpoint',
+           'epoch_worker_init_fn', 'find_resume_checkpoint',
            'gather_rng_states', 'get_rng_state', 'latest_checkpoint', 'logged_runs',
-           'non_finite', 'parse_cfg_options', 'read_scalars', 'set_data_root',
-           'set_num_workers', 'set_rng_state', 'set_run_length', 'set_work_dir',
-           'setup_cpu_distributed', 'setup_cpu_threads', 'teardown_distributed']
+           'non_finite', 'parse_cfg_options', 'read_scalars', 'run_folders',
+           'set_data_root', 'set_num_workers', 'set_rng_state', 'set_run_length',
+           'set_work_dir', 'setup_cpu_distributed', 'setup_cpu_threads',
+           'teardown_distributed']

@@ -14,7 +14,6 @@ UperNet's pyramid pooling, sees one per image): with one image per process it
 fails with an error naming the layer and the fix, not PyTorch's bare "Expected
 more than 1 value per channel".
 """
-import argparse
 import os
 from typing import List
 
@@ -24,23 +23,6 @@ import torch.nn as nn
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
-
-
-LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
-
-
-def add_launcher_args(parser: argparse.ArgumentParser) -> None:
-    """``--launcher`` (one of :data:`LAUNCHERS`) and ``--local-rank``, as the
-    OpenMMLab tools take them."""
-    parser.add_argument('--launcher', choices=LAUNCHERS, default='none',
-                        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-
-
-def export_local_rank(args: argparse.Namespace) -> None:
-    """``LOCAL_RANK`` from ``--local-rank`` where the launcher did not set it."""
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:

@@ -6,8 +6,11 @@ to run it, and T, S and B train at one speed (``benchmarks/README.md``).
 :class:`GraphedBlocks` captures the whole stack once per input signature (shape,
 dtype, autocast state) and replays it: one launch for the forward and one for the
 backward of all blocks. :class:`GraphedStack` is the stack runner a backbone's seam
-takes (``DinoVim.stack_runner``), and :func:`graph_blocks` sets it on every backbone
-of a model (what :class:`~mmdinomamba.engine.hooks.CUDAGraphBlocksHook` does).
+takes (``DinoVim.stack_runner``); :class:`GraphedStages` replays an MLLA's stages,
+one graph per stage and grid (``MLLA.stage_runner``: a hierarchical backbone's
+eager step issues about 60 launches per block). :func:`graph_blocks` sets them on
+every backbone of a model (what :class:`~mmdinomamba.engine.hooks.CUDAGraphBlocksHook`
+does).
 
 * Training (grad enabled, and the input or a block's parameter needs a gradient):
   the forward and the backward (``torch.autograd.grad`` of the outputs) are
@@ -43,10 +46,12 @@ class _Stack(nn.Module):
     ``layer(h, residual)`` after the other."""
 
     def __init__(self, layers: nn.ModuleList, training: bool,
-                 run: Optional[Callable[[Tensor], Tuple[Tensor, Tensor]]] = None):
+                 run: Optional[Callable[..., Tuple[Tensor, ...]]] = None,
+                 context: tuple = ()):
         super().__init__()
         self.__dict__['_layers'] = layers
         self.__dict__['_run'] = run
+        self.context = context  # what run takes after the tokens (an MLLA stage's grid)
         self._params = tuple(layers.parameters())
         self.training = training
 
@@ -58,7 +63,7 @@ class _Stack(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
         if self.__dict__['_run'] is not None:
-            return self.__dict__['_run'](tokens)
+            return self.__dict__['_run'](tokens, *self.context)
         h, residual = tokens, None
         for layer in self.__dict__['_layers']:
             h, residual = layer(h, residual)
@@ -77,10 +82,11 @@ class GraphedBlocks:
 
     Args:
         layers (nn.ModuleList): the blocks; the first gets ``residual=None``.
-        run (callable, optional): ``tokens -> (h, residual)`` through every block,
-            the way the backbone runs them eagerly (what is captured, so a replay
-            makes the eager numbers and random draws); None calls the layers one
-            after the other.
+        run (callable, optional): ``(tokens, *context) -> outputs`` (a tuple of
+            tensors, e.g. ``(h, residual)``) through every block, the way the
+            backbone runs them eagerly (what is captured, so a replay makes the
+            eager numbers and random draws); None calls the layers one after the
+            other.
         warmup (int): eager iterations before each capture. Defaults to 3.
         max_signatures (int): captures kept at most; inputs of further signatures
             run eagerly (each capture holds its own memory: inputs of many sizes,
@@ -106,7 +112,7 @@ class GraphedBlocks:
         return (tokens.is_cuda and not torch.compiler.is_compiling()
                 and not torch.cuda.is_current_stream_capturing())
 
-    def _key(self, tokens: Tensor, training: bool) -> tuple:
+    def _key(self, tokens: Tensor, training: bool, context: tuple = ()) -> tuple:
         """The signature: what the captured work depends on. ``grad`` (position 5):
         whether anything needs a gradient, the input or a block's parameter (which
         of them do is part of the key: freezing blocks makes a new capture)."""
@@ -115,20 +121,24 @@ class GraphedBlocks:
         return (tuple(tokens.shape), tokens.dtype, tokens.device, tokens.stride(),
                 training, grad, torch.is_autocast_enabled('cuda'),
                 torch.get_autocast_dtype('cuda'), tokens.requires_grad,
-                trainable if grad else ())
+                trainable if grad else (), context)
 
-    def __call__(self, tokens: Tensor, training: bool) -> Tuple[Tensor, Tensor]:
-        """``(h, residual)`` after the last block, as the eager loop returns them.
+    def __call__(self, tokens: Tensor, training: bool,
+                 context: tuple = ()) -> Tuple[Tensor, ...]:
+        """``(h, residual)`` after the last block (what ``run`` returns), as the
+        eager loop returns them.
 
         Args:
             tokens (Tensor): (batch, seqlen, dim), CUDA (see :meth:`takes`).
             training (bool): the backbone's mode (stochastic depth).
+            context (tuple): hashable arguments of ``run`` after the tokens (part
+                of the signature: an MLLA stage's grid). Defaults to ().
         """
-        key = self._key(tokens, training)
+        key = self._key(tokens, training, context)
         grad = key[5]
         if grad and self._pending.get(key):
             # see the module docstring
-            return _Stack(self.layers, training, self.run)(tokens)
+            return _Stack(self.layers, training, self.run, context)(tokens)
         graphed = self._graphs.get(key)
         if graphed is None:
             if len(self._graphs) >= self.max_signatures:
@@ -136,22 +146,22 @@ class GraphedBlocks:
                     warnings.warn(f'GraphedBlocks: {self.max_signatures} input '
                                   'signatures captured; further ones run eagerly')
                     self._full = True
-                return _Stack(self.layers, training, self.run)(tokens)
-            graphed = self._graphs[key] = self._capture(tokens, training, grad)
+                return _Stack(self.layers, training, self.run, context)(tokens)
+            graphed = self._graphs[key] = self._capture(tokens, training, grad, context)
         if not grad:
             return graphed(tokens)
         self._pending[key] = True
-        h, residual = graphed(tokens)
+        outs = graphed(tokens)
 
         def done(grad_h):
             self._pending[key] = False
 
-        h.register_hook(done)
-        return h, residual
+        outs[0].register_hook(done)
+        return outs
 
-    def _capture(self, tokens: Tensor, training: bool, grad: bool):
+    def _capture(self, tokens: Tensor, training: bool, grad: bool, context: tuple = ()):
         rng = torch.cuda.get_rng_state(tokens.device)
-        stack = _Stack(self.layers, training, self.run)
+        stack = _Stack(self.layers, training, self.run, context)
         try:
             with _autocast_without_cache():
                 capture = _capture_training if grad else _capture_forward
@@ -301,13 +311,46 @@ class GraphedStack:
         return self.backbone.run_blocks(tokens, indices)
 
 
-def graph_blocks(model: nn.Module, enabled: bool = True) -> List[str]:
+class GraphedStages:
+    """An MLLA's stage runner (its ``stage_runner`` seam) that replays each stage's
+    blocks from CUDA graphs, one :class:`GraphedBlocks` per stage, keyed by the
+    stage's grid too (inputs of another size capture again, up to
+    ``max_signatures`` per stage, then run eagerly); every other call (CPU inputs,
+    under ``torch.compile``) runs the stage's own way.
+
+    Args:
+        backbone (nn.Module): has ``layers`` (stages with ``blocks``), ``training``
+            and ``run_stage(i, tokens, hw) -> tokens`` (MLLA).
+        **kwargs: ``warmup`` and ``max_signatures`` of :class:`GraphedBlocks`.
+    """
+
+    def __init__(self, backbone: nn.Module, **kwargs):
+        self.backbone = backbone
+        self.graphs = [GraphedBlocks(stage.blocks, self._runner(i), **kwargs)
+                       for i, stage in enumerate(backbone.layers)]
+
+    def _runner(self, i: int) -> Callable[..., Tuple[Tensor]]:
+        return lambda tokens, hw: (self.backbone.run_stage(i, tokens, hw), )
+
+    def __call__(self, i: int, tokens: Tensor, hw: Tuple[int, int]) -> Tensor:
+        """Stage ``i``'s blocks on ``tokens`` (batch, h * w, C) of the grid ``hw``."""
+        if self.graphs[i].takes(tokens):
+            return self.graphs[i](tokens, self.backbone.training, (tuple(hw), ))[0]
+        return self.backbone.run_stage(i, tokens, hw)
+
+
+def graph_blocks(model: nn.Module, enabled: bool = True, **kwargs) -> List[str]:
     """Set a :class:`GraphedStack` as the stack runner of every submodule of
-    ``model`` that has that seam (``stack_runner``: DinoVim), or with ``enabled``
-    False put their own back; return their names ('' for ``model`` itself)."""
+    ``model`` that has that seam (``stack_runner``: DinoVim), and a
+    :class:`GraphedStages` as the stage runner of every one with ``stage_runner``
+    (MLLA); with ``enabled`` False put their own back; return their names ('' for
+    ``model`` itself). ``kwargs``: ``warmup``, ``max_signatures``."""
     names = []
     for name, module in model.named_modules():
         if hasattr(module, 'stack_runner'):
-            module.stack_runner = GraphedStack(module) if enabled else None
+            module.stack_runner = GraphedStack(module, **kwargs) if enabled else None
+            names.append(name)
+        elif hasattr(module, 'stage_runner'):
+            module.stage_runner = GraphedStages(module, **kwargs) if enabled else None
             names.append(name)
     return names

@@ -16,7 +16,7 @@ load with ``torch.load(weights_only=True)``.
 import logging
 import os
 import random
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -74,13 +74,20 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state['cuda'])
 
 
-def gather_rng_states() -> List[Dict[str, Any]]:
+def gather_rng_states(state: Optional[Dict[str, Any]] = None
+                      ) -> List[Dict[str, Any]]:
     """Every rank's :func:`get_rng_state`, indexed by rank (a collective call).
+
+    Args:
+        state (dict, optional): this rank's state to gather instead of the
+            current one (e.g. the training state saved before a validation).
+            Defaults to None.
 
     Returns:
         list[dict]: one state per rank, ``world_size`` of them.
     """
-    state = get_rng_state()
+    if state is None:
+        state = get_rng_state()
     if get_world_size() == 1:
         return [state]
     return all_gather_object(state)

@@ -7,22 +7,19 @@
 - :func:`set_num_workers`: the data workers of every one of those loaders;
 - :func:`amp_twin` / :data:`AMP_WRAPPERS`: an optimizer wrapper and its
   mixed-precision twin;
-- :func:`parse_cfg_options`: ``KEY=VALUE`` strings as ``--cfg-options`` reads them;
-  :func:`add_config_args`: the options ``tools/train.py`` and ``tools/test.py``
-  both take about the config and the checkpoint.
+- :func:`parse_cfg_options`: ``KEY=VALUE`` strings as ``--cfg-options`` reads them.
 
 A scheduler of an epoch-based run that has no ``end`` ends with the run: mmengine
 sets its ``end`` to ``train_cfg.max_epochs`` when it builds it, and a cosine
 without ``T_max`` spans ``end - begin``. The toy schedule fragments rely on this,
 so ``train_cfg.max_epochs`` alone sets their length.
 """
-import argparse
 import os.path as osp
 from typing import Dict, List, Optional, Sequence
 
 from mmengine.config import Config, ConfigDict, DictAction
 
-__all__ = ['AMP_WRAPPERS', 'add_config_args', 'amp_twin', 'parse_cfg_options',
+__all__ = ['AMP_WRAPPERS', 'amp_twin', 'parse_cfg_options',
            'set_data_root', 'set_num_workers', 'set_run_length']
 
 # each optimizer wrapper and its mixed-precision twin
@@ -53,19 +50,6 @@ def parse_cfg_options(options: Sequence[str]) -> Dict[str, object]:
             raise ValueError(f'a config option must be KEY=VALUE, got {option!r}')
         parsed[key] = DictAction._parse_iterable(value)
     return parsed
-
-
-def add_config_args(parser: argparse.ArgumentParser) -> None:
-    """``--cfg-options KEY=VALUE ...`` (merged into the config) and ``--no-strict``
-    (a checkpoint may leave model tensors at their initial values)."""
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings in the config, key=value (e.g. '
-        'model.backbone.arch=tiny train_dataloader.batch_size=8)')
-    parser.add_argument('--no-strict', action='store_true',
-                        help='let the checkpoint (load_from, or the one tested) '
-                        'leave model tensors uninitialised (they keep their initial '
-                        'values; default: refuse, naming them)')
 
 
 def _schedulers(cfg: Config) -> List[ConfigDict]:

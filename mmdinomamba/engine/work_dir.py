@@ -1,7 +1,8 @@
 """What a run leaves in its work dir, read back: checkpoints and logged scalars.
 
 - :func:`set_work_dir`: where a run writes (the command line's folder, the
-  config's, or ``./work_dirs/<config name>``);
+  config's, or ``./work_dirs/<config name>``); :func:`run_folders`: every local
+  folder it writes (the work dir, and the checkpoint and log ``out_dir``);
 - :func:`find_resume_checkpoint` / :func:`check_resume_checkpoint`: the checkpoint
   ``--resume`` continues from, with clear errors where mmengine's would be
   cryptic;
@@ -19,7 +20,7 @@ from typing import Dict, List, Optional
 
 __all__ = ['check_resume_checkpoint', 'epoch_checkpoints', 'epoch_losses',
            'find_resume_checkpoint', 'latest_checkpoint', 'logged_runs',
-           'read_scalars', 'set_work_dir']
+           'read_scalars', 'run_folders', 'set_work_dir']
 
 
 def set_work_dir(cfg, work_dir: Optional[str], config_path: str) -> str:
@@ -30,6 +31,37 @@ def set_work_dir(cfg, work_dir: Optional[str], config_path: str) -> str:
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
     return cfg.work_dir
+
+
+def run_folders(cfg) -> List[str]:
+    """Every local folder a run of ``cfg`` writes: the work dir, then the folders
+    of ``default_hooks.checkpoint.out_dir`` and ``default_hooks.logger.out_dir``.
+
+    mmengine's ``CheckpointHook`` and ``LoggerHook`` write into
+    ``OUT_DIR/<last folder of the work dir>`` when an ``out_dir`` is set, so two
+    runs with work dirs of one name and one ``out_dir`` write the same files.
+    Remote ``out_dir`` (``s3://...``) are left out.
+
+    Args:
+        cfg (Config): a training config, ``cfg.work_dir`` set
+            (:func:`set_work_dir`).
+
+    Returns:
+        list[str]: absolute paths, the work dir first, each once.
+    """
+    work_dir = osp.abspath(cfg.work_dir)
+    folders = [work_dir]
+    hooks = cfg.get('default_hooks') or {}
+    for name in ('checkpoint', 'logger'):
+        out_dir = (hooks.get(name) or {}).get('out_dir')
+        if not out_dir or '://' in str(out_dir):
+            continue
+        # as the hooks do: a folder named after the work dir, unless out_dir is it
+        folder = work_dir if osp.abspath(out_dir) == work_dir else osp.join(
+            osp.abspath(out_dir), osp.basename(work_dir.rstrip(osp.sep)))
+        if folder not in folders:
+            folders.append(folder)
+    return folders
 
 
 def find_resume_checkpoint(work_dir: str) -> Optional[str]:

@@ -427,7 +427,10 @@ class BinaryAUC(BaseMetric):
         collect_dir (str, optional): see ``BaseMetric``.
     """
 
-    default_prefix: Optional[str] = None
+    # the keys carry their own name (binary_auc, binary_auc/...): no prefix by
+    # default, and '' rather than None so that mmengine does not warn "The prefix is
+    # not set" on every run (a given ``prefix`` still goes in front)
+    default_prefix: Optional[str] = ''
 
     def __init__(self,
                  thresholds: Optional[int] = None,

@@ -15,11 +15,20 @@ One rule for every way a backbone gets weights (``init_cfg=dict(type='Pretrained
    does not), *unexpected* (under the prefix, inside the backbone's own
    namespace, e.g. ``layers.12.*`` for a 12-block model, or an unknown mixer
    tensor) and *ignored* (another part of the larger model, e.g. ``head.*``).
-   Missing or unexpected keys, or a tensor of the wrong shape, fail with a
-   ValueError that lists them, unless ``strict=False``: then they are logged
-   as a warning and the uncovered parameters keep their initial values. Shape
-   mismatches always fail. A ``pos_embed`` made for another grid is not a
+   Missing or unexpected keys fail with a ValueError that lists them, unless
+   ``strict=False``: then they are logged as a warning and the uncovered
+   parameters keep their initial values. A tensor of the wrong shape always
+   fails, ``strict=False`` too, and nothing is loaded: the message lists the
+   shape mismatches first, then the missing and unexpected keys, each with its
+   count. A ``pos_embed`` made for another grid (same channels) is not a
    mismatch: the backbone's load hook resizes it.
+4. The tensors loaded must be finite: a NaN or an infinity fails, naming the
+   file and the tensors.
+
+Other modules (mmpretrain's ViT, mmdet's and mmseg's backbones) get mmengine's
+``Pretrained`` initialiser, which ``import mmdinomamba`` replaces by
+:class:`CheckedPretrainedInit`: rules 3 and 4 for the shapes and finiteness, keys
+strict with ``strict=True`` (logged otherwise, as mmengine does).
 
 torch, mmengine and the package's leaf, :mod:`mmdinomamba.utils`, only.
 """
@@ -45,15 +54,52 @@ RESIZED_ON_LOAD = ('pos_embed', )
 # the backbones of a DINO checkpoint (mmdinomamba.models.selfsup.DINO), by branch
 DINO_BRANCHES = {'teacher': 'teacher.backbone.', 'student': 'backbone.'}
 
-__all__ = ['BACKBONE_PREFIXES', 'DINO_BRANCHES', 'KeyReport', 'checked_backbone_state',
-           'checkpoint_state_dict', 'dino_backbone_state', 'extract_dino_backbone',
-           'key_report',
-           'load_backbone_checkpoint', 'load_backbone_state', 'load_pretrained',
-           'pretrained_cfg', 'select_backbone_state']
+__all__ = ['BACKBONE_PREFIXES', 'DINO_BRANCHES', 'CheckedPretrainedInit', 'KeyReport',
+           'check_finite', 'checked_backbone_state', 'checkpoint_state_dict', 'dino_backbone_state',
+           'extract_dino_backbone', 'key_report', 'load_backbone_checkpoint',
+           'load_backbone_state', 'load_model_state', 'load_pretrained',
+           'non_finite_tensors', 'pretrained_cfg', 'register_checked_pretrained',
+           'resized_on_load', 'select_backbone_state', 'shape_mismatches']
 
 
 def _listed(keys: List[str]) -> str:
     return ', '.join(keys)
+
+
+def resized_on_load(name: str, saved: torch.Size, own: torch.Size) -> bool:
+    """Whether a load hook adapts a checkpoint tensor of shape ``saved`` to
+    ``own``: a position table (:data:`RESIZED_ON_LOAD`) made for another grid,
+    with the same number of dimensions and channels (the last dimension)."""
+    return name.rsplit('.', 1)[-1] in RESIZED_ON_LOAD and len(saved) == len(own) \
+        and len(own) > 0 and saved[-1] == own[-1]
+
+
+def shape_mismatches(own: Dict[str, Tensor], state: Dict[str, Tensor]) -> List[str]:
+    """``'name: checkpoint shape vs model shape'`` of every tensor both hold with
+    different shapes (a position table of another grid excepted), in the model's
+    order."""
+    return [f'{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}'
+            for k, v in own.items()
+            if k in state and torch.is_tensor(state[k]) and state[k].shape != v.shape
+            and not resized_on_load(k, state[k].shape, v.shape)]
+
+
+def non_finite_tensors(state: Dict[str, Tensor]) -> List[str]:
+    """The names of the floating-point tensors of ``state`` that hold a NaN or an
+    infinity, in order (one check a tensor, at load time)."""
+    return [k for k, v in state.items()
+            if torch.is_tensor(v) and (v.is_floating_point() or v.is_complex())
+            and not bool(torch.isfinite(v).all())]
+
+
+def check_finite(state: Dict[str, Tensor], source: str) -> None:
+    """Raise ValueError naming ``source`` and every tensor of ``state`` that holds
+    a NaN or an infinity."""
+    bad = non_finite_tensors(state)
+    if bad:
+        raise ValueError(f'{source}: {len(bad)} tensors hold NaN or infinite values: '
+                         f'{_listed(bad)}. Refusing to load them (a diverged run? '
+                         'take an earlier checkpoint)')
 
 
 def checkpoint_state_dict(checkpoint, source: str = 'checkpoint') -> Dict[str, Tensor]:
@@ -159,10 +205,7 @@ def key_report(backbone: nn.Module, state: Dict[str, Tensor]) -> KeyReport:
     extra = sorted(set(state) - set(own))
     unexpected = [k for k in extra if k.split('.')[0] in namespace]
     ignored = [k for k in extra if k.split('.')[0] not in namespace]
-    mismatched = [f'{k}: {tuple(state[k].shape)} vs {tuple(own[k].shape)}'
-                  for k in sorted(set(state) & set(own))
-                  if k not in RESIZED_ON_LOAD and state[k].shape != own[k].shape]
-    return KeyReport(missing, unexpected, ignored, mismatched)
+    return KeyReport(missing, unexpected, ignored, shape_mismatches(own, state))
 
 
 def checked_backbone_state(backbone: nn.Module, state: Dict[str, Tensor],
@@ -187,10 +230,18 @@ def checked_backbone_state(backbone: nn.Module, state: Dict[str, Tensor],
     report = key_report(backbone, picked)
     name = type(backbone).__name__
     where = f'{source} (prefix {prefix!r})'
-    if report.mismatched:
-        raise ValueError(f'{where} does not fit {name}: {len(report.mismatched)} '
-                         f'tensors of the wrong shape: {_listed(report.mismatched)}')
     problems = report.problems()
+    if report.mismatched:
+        raise ValueError(
+            f'{where} does not fit {name}: {len(report.mismatched)} of its '
+            f'{len(backbone.state_dict())} tensors have the wrong shape (checkpoint '
+            f'vs model): {_listed(report.mismatched)}' +
+            ''.join(f'; {problem}' for problem in problems) +
+            '. Nothing was loaded: a checkpoint of another architecture or width '
+            'does not fit, with strict=False neither; take the checkpoint made '
+            'for this config')
+    extra = set(report.unexpected) | set(report.ignored)
+    check_finite({k: v for k, v in picked.items() if k not in extra}, source)
     if problems and strict:
         raise ValueError(f'{where} does not cover {name}: ' + '; '.join(problems) +
                          ". Pass strict=False (init_cfg=dict(type='Pretrained', "
@@ -323,7 +374,8 @@ def extract_dino_backbone(src: str, dst: str, branch: str = 'teacher') -> int:
 
     Raises:
         FileNotFoundError: ``src`` does not exist.
-        ValueError: ``src`` is empty, not a checkpoint, or not a DINO one.
+        ValueError: ``src`` is empty, not a checkpoint, not a DINO one, or its
+            backbone holds NaN or infinite values (nothing is written).
         UnsafeCheckpointError: ``src`` holds objects that are not data.
     """
     checkpoint = load_checkpoint_file(src, map_location='cpu')
@@ -334,9 +386,125 @@ def extract_dino_backbone(src: str, dst: str, branch: str = 'teacher') -> int:
         state = dino_backbone_state(checkpoint.get('state_dict', checkpoint), branch)
     except ValueError as err:
         raise ValueError(f'{src}: {err}') from None
+    check_finite(state, f'{src} ({branch} backbone)')
     meta = dict(source=osp.abspath(src), branch=branch)
     for key in ('epoch', 'iter'):
         if key in checkpoint.get('meta', {}):
             meta[key] = checkpoint['meta'][key]
     save_atomic(dict(state_dict=state, meta=meta), dst)
     return len(state)
+
+
+def load_model_state(model: nn.Module, state: Dict[str, Tensor], strict: bool = True,
+                     source: str = 'checkpoint') -> None:
+    """Load a whole model's state dict, every tensor checked.
+
+    The tensors must be finite and have the model's shapes (a ``pos_embed`` of
+    another grid excepted), with ``strict=False`` too: otherwise ValueError
+    naming ``source`` and the tensors, shape mismatches first, and nothing is
+    loaded. With ``strict`` the keys must match as well (missing and unexpected
+    listed with counts); without, they are logged.
+
+    Args:
+        model (nn.Module): the module to fill.
+        state (dict): its state dict (a leading ``module.`` is dropped).
+        strict (bool): fail on missing or unexpected keys. Defaults to True.
+        source (str): name for messages (the file).
+    """
+    state = {k[len('module.'):] if k.startswith('module.') else k: v
+             for k, v in state.items()}
+    check_finite(state, source)
+    own = model.state_dict()
+    mismatched = shape_mismatches(own, state)
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    keys = ([f'{len(missing)} of the model\'s {len(own)} tensors missing: '
+             f'{_listed(missing)}'] if missing else []) + \
+        ([f'{len(unexpected)} unexpected tensors: {_listed(unexpected)}']
+         if unexpected else [])
+    name = type(model).__name__
+    if mismatched:
+        raise ValueError(
+            f'{source} does not fit {name}: {len(mismatched)} of its {len(own)} '
+            f'tensors have the wrong shape (checkpoint vs model): '
+            f'{_listed(mismatched)}' + ''.join(f'; {k}' for k in keys) +
+            '. Nothing was loaded: a checkpoint of another architecture or width '
+            'does not fit, with strict=False neither')
+    if keys and strict:
+        raise ValueError(f'{source} does not cover {name}: ' + '; '.join(keys) +
+                         ". Pass strict=False (init_cfg=dict(type='Pretrained', "
+                         '..., strict=False)) to load it anyway.')
+    for problem in keys:
+        print_log(f'{source}, loaded into {name} with strict=False: {problem}',
+                  logger='current', level=logging.WARNING)
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+
+
+class CheckedPretrainedInit:
+    """mmengine's ``init_cfg=dict(type='Pretrained', checkpoint, prefix=None,
+    map_location='cpu')`` for modules that are not ours (mmpretrain's
+    ``VisionTransformer``, mmdet's and mmseg's backbones), with the checks
+    mmengine leaves out, and one more key, ``strict``.
+
+    mmengine's ``PretrainedInit`` loads with ``strict=False`` and logs what does
+    not fit: tensors of another shape are skipped and missing ones keep their
+    random values, so a wrong checkpoint initialises 2 of 54 tensors and the run
+    goes on. This one selects the tensors as mmengine does (``state_dict`` or
+    the file itself; the keys under ``prefix``, stripped; without a prefix, every
+    key, a leading ``module.`` dropped) and loads them with
+    :func:`load_model_state`: a NaN or an infinity, or a tensor of another
+    shape, always fails and loads nothing; missing or unexpected keys fail with
+    ``strict=True`` and are logged (mmengine's behaviour) with the default
+    ``strict=False``. Our backbones load their own ``Pretrained`` init_cfg
+    (:func:`load_pretrained`, strict by default) and never reach it.
+
+    ``import mmdinomamba`` registers it as ``'Pretrained'``
+    (:func:`register_checked_pretrained`).
+    """
+
+    def __init__(self, checkpoint: str, prefix: Optional[str] = None,
+                 map_location='cpu', strict: bool = False):
+        if not isinstance(strict, bool):
+            raise ValueError(f'init_cfg Pretrained: strict must be True or False, got '
+                             f'{strict!r}')
+        self.checkpoint = checkpoint
+        self.prefix = prefix
+        self.map_location = map_location
+        self.strict = strict
+
+    def __call__(self, module: nn.Module) -> None:
+        from mmengine.model.weight_init import update_init_info
+        state = _load_file(self.checkpoint, self.map_location)
+        if isinstance(state, dict) and isinstance(state.get('state_dict'), dict):
+            state = state['state_dict']
+        if not isinstance(state, dict):
+            raise ValueError(f'{self.checkpoint}: a checkpoint must be a dict, got '
+                             f'{type(state).__name__}')
+        source = self.checkpoint
+        if self.prefix is not None:
+            prefix = self.prefix if self.prefix.endswith('.') else self.prefix + '.'
+            state = {k[len(prefix):]: v for k, v in state.items()
+                     if isinstance(k, str) and k.startswith(prefix)}
+            if not state:
+                raise ValueError(f'{self.checkpoint}: no tensors under the prefix '
+                                 f'{prefix!r}; check init_cfg.prefix')
+            source = f'{self.checkpoint} (prefix {prefix!r})'
+        print_log(f'load {type(module).__name__} from {source}', logger='current')
+        load_model_state(module, {k: v for k, v in state.items()
+                                  if isinstance(k, str) and torch.is_tensor(v)},
+                         self.strict, source)
+        if hasattr(module, '_params_init_info'):
+            update_init_info(module, init_info=self._get_init_info())
+
+    def _get_init_info(self) -> str:
+        return f'{type(self).__name__}: load from {self.checkpoint}'
+
+
+def register_checked_pretrained() -> None:
+    """Make :class:`CheckedPretrainedInit` mmengine's ``'Pretrained'``
+    initialiser (every scope's registry falls back to mmengine's). Run by
+    ``import mmdinomamba``; idempotent."""
+    from mmengine.registry import WEIGHT_INITIALIZERS
+    if WEIGHT_INITIALIZERS.module_dict.get('Pretrained') is not CheckedPretrainedInit:
+        WEIGHT_INITIALIZERS.register_module('Pretrained', module=CheckedPretrainedInit,
+                                            force=True)

@@ -1,9 +1,10 @@
 """Pure PyTorch kernels (the SSD scan with its slow twin and mixing matrix, norms,
-linear attention) and the choice of the fused Triton kernels for CUDA.
+linear attention, MLLA's attention in :mod:`~mmdinomamba.ops.mlla`) and the choice of the fused Triton kernels for CUDA.
 
 Inside, imports run one way (``tests/test_layering.py`` checks it)::
 
     blocks -> mixer -> backend -> {ssd, norm, conv, linear_attention} -> spec
+    mlla -> backend
     triton -> spec
 
 :mod:`~mmdinomamba.ops.spec` holds the contracts every implementation takes,
@@ -18,8 +19,9 @@ from .norm import RMSNorm, add_rms_norm_ref, gated_rms_norm, rms_norm
 from .ssd import (discretize_dt, segsum, ssd_chunked, ssd_decay_mask,
                   ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 from .backend import (BACKENDS, add_rms_norm, check_finite, check_ssd_inputs,
-                      mamba_ssm_available, resolve_backend, ssd_scan, triton_available,
-                      use_triton, uses_fused_blocks, uses_fused_core)
+                      mamba_ssm_available, resolve_backend, set_finite_checks,
+                      ssd_scan, triton_available, use_triton, uses_fused_blocks,
+                      uses_fused_core)
 from .mixer import direction_ssd_inputs, mixer_core, mixer_core_ref
 from .blocks import blocks_loop, run_blocks
 
@@ -29,7 +31,8 @@ __all__ = [
     'blocks_loop', 'causal_depthwise_conv1d', 'check_finite', 'check_ssd_inputs',
     'direction_ssd_inputs', 'discretize_dt', 'float32_or_wider', 'gated_rms_norm',
     'mamba_ssm_available', 'mixer_core', 'mixer_core_ref', 'resolve_backend',
-    'rms_norm', 'run_blocks', 'segsum', 'skip_kernels', 'split_projection',
+    'rms_norm', 'run_blocks', 'segsum', 'set_finite_checks', 'skip_kernels',
+    'split_projection',
     'ssd_chunked', 'ssd_decay_mask', 'ssd_mixing_matrix', 'ssd_quadratic', 'ssd_ref',
     'ssd_scan', 'triton_available', 'use_triton', 'uses_fused_blocks', 'uses_fused_core'
 ]

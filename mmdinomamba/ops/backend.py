@@ -235,8 +235,28 @@ def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     check_finite(dt, 'ssd: `dt`')
 
 
+# whether check_finite runs at all: off while a training run's NonFiniteStopHook
+# watches the values (it names the iteration, the layer and the cause)
+_FINITE_CHECKS = [True]
+
+
+def set_finite_checks(enabled: bool) -> bool:
+    """Turn :func:`check_finite` on or off in this process; returns the previous
+    setting.
+
+    ``mmdinomamba.engine.NonFiniteStopHook`` turns the checks off while training
+    runs, so that a NaN is reported by the hook (iteration, layer, likely cause)
+    on the CPU as on CUDA, and on again when training ends.
+    """
+    previous = _FINITE_CHECKS[0]
+    _FINITE_CHECKS[0] = bool(enabled)
+    return previous
+
+
 def _check_finite(t: Tensor) -> bool:
     """Whether to run the (device-synchronising) finiteness check on ``t``."""
+    if not _FINITE_CHECKS[0]:
+        return False
     return t.device.type != 'cuda' or os.environ.get('MMDINOMAMBA_CHECK_FINITE') == '1'
 
 
@@ -246,7 +266,9 @@ def check_finite(t: Tensor, what: str) -> None:
     Runs always for CPU tensors and, because it reads a value back from the
     device (a host synchronisation), for CUDA tensors only with
     ``MMDINOMAMBA_CHECK_FINITE=1``; never while ``torch.compile`` traces, nor in a
-    dry run (:func:`~mmdinomamba.ops.spec.skip_kernels`: its numbers are garbage).
+    dry run (:func:`~mmdinomamba.ops.spec.skip_kernels`: its numbers are garbage),
+    nor while :func:`set_finite_checks` has turned it off (a training run whose
+    ``NonFiniteStopHook`` reports non-finite values).
 
     Args:
         t (Tensor): any shape.

@@ -7,7 +7,15 @@ checkpoints also hold its message hub's ``HistoryBuffer`` and numpy values, so
 :func:`allow_mmengine_checkpoint_types` (run by ``import mmdinomamba``) admits
 exactly these, data only:
 
-- numpy arrays, dtypes and scalars;
+- numpy arrays, dtypes and scalars of plain numeric dtypes, each through a
+  stand-in that checks what the file gives it: a dtype is built from its code
+  (``'f8'``, ``'u4'``, ...) and its pickled state may set nothing but the byte
+  order, an array's data must be exactly its shape's bytes, a scalar's its
+  dtype's. numpy's own constructors are not admitted: BUILD on a genuine dtype
+  sets its fields and flags, so a "float64" could hide an object field whose
+  bytes become a pointer. Arrays come back as plain ``ndarray`` through
+  :func:`load_checkpoint_file`, as an ``ndarray`` subclass from a bare
+  ``torch.load``;
 - ``HistoryBuffer``, through a stand-in whose state check admits a length, two
   numeric arrays and the built-in statistics, nothing else;
 - ``builtins.getattr``, which pickle writes for ``getattr(HistoryBuffer, 'mean')``,
@@ -20,7 +28,9 @@ exactly these, data only:
 
 With them registered, upstream loaders (mmengine's ``load_checkpoint``,
 ``mmpretrain.get_model(pretrained=...)``, the inferencers) keep
-``weights_only=True`` and read the checkpoints ``tools/train.py`` writes.
+``weights_only=True`` and read the checkpoints ``tools/train.py`` writes. (The
+config text a checkpoint stores is data to the unpickler; what reads it as
+config is :mod:`mmdinomamba.utils.safe_config`.)
 :func:`load_checkpoint_file` is the loader of local files for mmengine's
 ``CheckpointLoader`` (``--resume``, ``load_from``, ``init_cfg``, ``tools/test.py``):
 a missing, empty or refused file fails naming the file, and an official
@@ -83,12 +93,15 @@ class _CheckedHistoryBuffer(HistoryBuffer):
                     f'{sorted(_HISTORY_BUFFER_STATE)}')
         if not isinstance(state.get('max_length', 0), int):
             _refuse('HistoryBuffer.max_length must be an int')
+        state = dict(state)
         for name in ('_log_history', '_count_history'):
             value = state.get(name)
             if value is not None and not (isinstance(value, np.ndarray)
                                           and value.dtype.kind in 'biuf'):
                 _refuse(f'HistoryBuffer.{name} must be a numeric numpy array, got '
                         f'{_short(value)}')
+            if value is not None:
+                state[name] = _plain_numpy(value)
         methods = state.get('statistics_methods', {})
         if not isinstance(methods, dict):
             _refuse('HistoryBuffer statistics must be a dict')
@@ -112,18 +125,131 @@ def _history_buffer_statistic(owner: Any, name: Any):
             f'up HistoryBuffer.{{{",".join(HISTORY_BUFFER_STATISTICS)}}}')
 
 
+# numpy values in a checkpoint: plain numeric dtypes (no fields) in either byte order
+# (what HistoryBuffer's histories and numpy scalars use); object, string, void and
+# structured dtypes are never built
+NUMPY_DTYPE_CODES = re.compile(r'b1|[iu][1248]|f[248]|c(8|16)')
+_DTYPE_STATE_TAIL = (None, None, None, -1, -1, 0)  # no subarray, fields, flags
+
+
+class _NumpyDtype:
+    """``numpy.dtype`` as the weights-only unpickler builds it: a numeric dtype
+    named by its code (``'f8'``, ``'u4'``, ...), whose pickled state may only set
+    its byte order. A file that pickles a genuine dtype and then BUILDs fields,
+    flags or sizes onto it (a "float64" whose bytes are read as an object
+    pointer) is refused here, before any dtype exists.
+
+    The genuine dtype is :attr:`resolved`; arrays and scalars take it from here.
+    """
+
+    def __init__(self, code=None, align=False, copy=True):
+        if not (isinstance(code, str) and NUMPY_DTYPE_CODES.fullmatch(code)
+                and align is False and copy is True):
+            _refuse(f'numpy dtype {_short(code)} (align={_short(align)}): a '
+                    'checkpoint may only hold numeric numpy dtypes '
+                    '(b1, i1-i8, u1-u8, f2-f8, c8, c16)')
+        self.code = code
+        self.resolved = np.dtype(code)
+
+    def __setstate__(self, state):
+        if getattr(self, 'code', None) is None or not isinstance(state, tuple) \
+                or len(state) != 8 or state[0] != 3 or state[1] not in ('<', '>', '|') \
+                or state[2:] != _DTYPE_STATE_TAIL:
+            _refuse(f'numpy dtype state {_short(state)}: only a byte order may be '
+                    'set on a numeric dtype (no fields, sizes or flags)')
+        order = state[1]
+        dtype = np.dtype(self.code).newbyteorder(order) if order != '|' \
+            else np.dtype(self.code)
+        if dtype.__reduce__()[2] != state:
+            _refuse(f'numpy dtype state {_short(state)} is not the state of '
+                    f'{dtype!r}')
+        self.resolved = dtype
+
+    def __reduce__(self):  # pickles as the genuine dtype
+        return self.resolved.__reduce__()
+
+
+def _resolved_dtype(dtype: Any) -> np.dtype:
+    if not isinstance(dtype, _NumpyDtype) or not hasattr(dtype, 'resolved'):
+        _refuse(f'numpy value with dtype {_short(dtype)}: a checkpoint may only '
+                'give numpy values a numeric dtype pickled as numpy.dtype')
+    return dtype.resolved
+
+
+class _NumpyArray(np.ndarray):
+    """``numpy.ndarray`` as the weights-only unpickler builds it: only through
+    :func:`_numpy_reconstruct` (never by calling the class), and its pickled state
+    is checked: a shape, a :class:`_NumpyDtype`, the order flag and exactly the
+    bytes that shape and dtype need. :func:`load_checkpoint_file` hands out plain
+    ``ndarray`` views of these; it pickles as a plain ``ndarray``."""
+
+    def __new__(cls, *args, **kwargs):
+        _refuse('numpy.ndarray(...): a checkpoint may not construct arrays '
+                'other than by numpy\'s own pickling')
+
+    def __setstate__(self, state):
+        if not (isinstance(state, tuple) and len(state) == 5 and state[0] == 1):
+            _refuse(f'numpy array state {_short(state)}: expected numpy\'s '
+                    '(1, shape, dtype, is_fortran, bytes)')
+        _, shape, dtype, fortran, raw = state
+        dtype = _resolved_dtype(dtype)
+        if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0
+                                                 for n in shape)):
+            _refuse(f'numpy array shape {_short(shape)}')
+        if not isinstance(fortran, bool) or not isinstance(raw, bytes) \
+                or len(raw) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            _refuse(f'numpy array of shape {shape} and dtype {dtype}: its data must '
+                    f'be {dtype.itemsize} bytes an element, got {_short(raw)}')
+        np.ndarray.__setstate__(self, (1, shape, dtype, fortran, raw))
+
+    def __reduce__(self):
+        return np.ndarray.view(self, np.ndarray).__reduce__()
+
+
+def _numpy_reconstruct(subtype: Any, shape: Any, typecode: Any) -> np.ndarray:
+    """``numpy.core.multiarray._reconstruct`` for the weights-only unpickler: only
+    the empty array numpy's pickling starts from; its state comes next (BUILD)."""
+    if subtype is not _NumpyArray or shape != (0, ) or typecode not in (b'b', 'b'):
+        _refuse(f'_reconstruct({_short(subtype)}, {_short(shape)}, '
+                f'{_short(typecode)}): only numpy\'s own array pickling')
+    return np.ndarray.__new__(_NumpyArray, (0, ), np.int8)
+
+
+def _numpy_scalar(dtype: Any, data: Any = None):
+    """``numpy.core.multiarray.scalar`` for the weights-only unpickler: a numeric
+    scalar from exactly its bytes."""
+    dtype = _resolved_dtype(dtype)
+    if not isinstance(data, bytes) or len(data) != dtype.itemsize:
+        _refuse(f'numpy {dtype} scalar from {_short(data)}: expected '
+                f'{dtype.itemsize} bytes')
+    return np.frombuffer(data, dtype)[0]
+
+
+def _plain_numpy(obj: Any) -> Any:
+    """``obj`` with the numpy stand-ins inside dicts, lists and tuples replaced by
+    plain arrays and dtypes (dicts and lists in place)."""
+    if isinstance(obj, _NumpyArray):
+        return np.ndarray.view(obj, np.ndarray)
+    if isinstance(obj, _NumpyDtype):
+        return obj.resolved
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if isinstance(value, (dict, list, tuple, _NumpyArray, _NumpyDtype)):
+                obj[key] = _plain_numpy(value)
+    elif isinstance(obj, list):
+        obj[:] = [_plain_numpy(v) for v in obj]
+    elif type(obj) is tuple:
+        return tuple(_plain_numpy(v) for v in obj)
+    return obj
+
+
 def _numpy_types() -> List[Any]:
-    """numpy arrays, dtypes and scalars, under numpy 2's and numpy 1's names."""
-    core = np._core if hasattr(np, '_core') else np.core  # numpy 2 renamed it
-    types = [np.ndarray, np.dtype, core.multiarray._reconstruct, core.multiarray.scalar,
-             (core.multiarray._reconstruct, 'numpy.core.multiarray._reconstruct'),
-             (core.multiarray.scalar, 'numpy.core.multiarray.scalar')]
-    for name in ('float64', 'float32', 'float16', 'int64', 'int32', 'int16', 'int8',
-                 'uint64', 'uint32', 'uint16', 'uint8', 'bool_'):
-        scalar = getattr(np, name)
-        types.append(scalar)
-        if hasattr(np, 'dtypes'):  # the dtype classes, numpy >= 1.25
-            types.append(type(np.dtype(scalar)))
+    """numpy arrays, numeric dtypes and scalars, each through its checking
+    stand-in, under numpy 2's and numpy 1's names."""
+    types = [(_NumpyDtype, 'numpy.dtype'), (_NumpyArray, 'numpy.ndarray')]
+    for core in ('numpy._core', 'numpy.core'):  # numpy 2 renamed it
+        types += [(_numpy_reconstruct, f'{core}.multiarray._reconstruct'),
+                  (_numpy_scalar, f'{core}.multiarray.scalar')]
     return types
 
 
@@ -141,7 +267,15 @@ def allow_mmengine_checkpoint_types() -> None:
 
     Run by ``import mmdinomamba``; idempotent.
     """
-    torch.serialization.add_safe_globals(checkpoint_safe_globals())
+    ours = checkpoint_safe_globals()
+    names = {name for _, name in ours}
+    # ours replace whatever else was registered under the same names (torch maps
+    # a name to one object, and would pick either)
+    others = [g for g in torch.serialization.get_safe_globals()
+              if (g[1] if isinstance(g, tuple) else f'{g.__module__}.{g.__qualname__}')
+              not in names]
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(others + ours)
     from mmengine.runner import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes='', loader=load_checkpoint_file,
                                      force=True)
@@ -209,7 +343,8 @@ def _refusal(path: str, message: str) -> str:
 
 def _torch_load(path: str, map_location):
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return _plain_numpy(torch.load(path, map_location=map_location,
+                                       weights_only=True))
     except pickle.UnpicklingError as err:
         raise UnsafeCheckpointError(_refusal(path, str(err))) from None
     except (EOFError, RuntimeError) as err:

@@ -426,3 +426,53 @@ def test_report_json_stores_the_pairs_and_relative_paths(tmp_path, data, configs
     # the demo's probe: the top-1 its run printed, when the report does not score it
     assert _probe(dict(probe=None, probe_logged=0.853)) == "85.3 (its run's validation)"
     assert _probe(dict(probe=None)) == '—'
+
+
+def test_progress_without_a_terminal_is_a_line_per_quarter(data, configs, capsys):
+    """make demo's last step measured 2000 images for minutes without a word when
+    its output was not a terminal: progress is now a line at each quarter."""
+    _, _, val = data
+    backbone = load_model(ModelSpec('v', configs['linearvit']))
+    measure_backbone(backbone, val, [-1], with_maps=False, batch_size=2,
+                     progress=True, label='vit: held-out images')
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    n = len(val)
+    counts = [line.split(' [')[0].rsplit(' ', 1)[-1] for line in lines]
+    assert all(line.startswith('vit: held-out images ') for line in lines), lines
+    assert counts[-1] == f'{n}/{n}' and 4 <= len(lines) <= 5, lines
+    measure_backbone(backbone, val, [-1], with_maps=False, batch_size=2)
+    assert capsys.readouterr().out == ''  # progress=False stays silent
+
+
+def test_probe_checkpoint_must_fit_the_probe(tmp_path, configs, data):
+    """The comparison's probe is filled strictly: a head of another shape or a NaN
+    is refused naming the file and the tensor, before anything is scored."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS as CLS_MODELS
+
+    from mmdinomamba.analysis.comparison import probe_hits
+    _, _, val = data
+    probe = dict(type='ImageClassifier', backbone=MODELS['dinovim'],
+                 head=dict(type='LinearClsHead', num_classes=3, in_channels=32))
+    config = str(tmp_path / 'probe.py')
+    with open(config, 'w') as f:
+        f.write(f'model = {probe!r}\n')
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        state = CLS_MODELS.build(probe).state_dict()
+    files = {'ok': state,
+             'wide': dict(state, **{'head.fc.weight': torch.zeros(4, 32),
+                                    'head.fc.bias': torch.zeros(4)}),
+             'nan': dict(state, **{'head.fc.bias': torch.full((3, ), float('nan'))})}
+    for name, checkpoint in files.items():
+        torch.save(dict(state_dict=checkpoint), tmp_path / f'{name}.pth')
+    hits = probe_hits(ModelSpec('a', configs['dinovim'], probe_config=config,
+                                probe_checkpoint=str(tmp_path / 'ok.pth')), val)
+    assert hits.shape == (len(val), )
+    for name, message in (('wide', r'head\.fc\.weight: \(4, 32\) vs \(3, 32\)'),
+                          ('nan', r'1 tensors hold NaN or infinite values: '
+                           r'head\.fc\.bias')):
+        path = str(tmp_path / f'{name}.pth')
+        with pytest.raises(ValueError, match=f'probe checkpoint {path} does not fit '
+                           f'{config}: .*{message}'):
+            probe_hits(ModelSpec('a', configs['dinovim'], probe_config=config,
+                                 probe_checkpoint=path), val)

@@ -127,16 +127,32 @@ def test_ablation_designs_equal_their_hand_counts(row):
     assert count(model, torch.randn(1, 3, 32, 40)) == want
 
 
+def gla_macs(seqlen, chunk, heads, d, p):
+    """The chunked forget-gate attention (mmdinomamba.ops.mlla) per batch element,
+    with c = ceil(L / Q) chunks of Q = min(chunk, L) tokens (padded): within each
+    chunk Q K^T and its product with V (Q^2 (d + p)), each chunk's end state
+    K^T V (Q d p), the states carried across chunks (c^2 d p; with one chunk a
+    product over a length-1 axis, which counts nothing) and their output (Q d p
+    per chunk); per head. The same with a decay per channel (each row's keys
+    decayed to it, then a product)."""
+    q = min(chunk, seqlen)
+    c = ceil(seqlen, q)
+    across = c * c * d * p if c > 1 else 0
+    return heads * (c * q * q * (d + p) + 2 * c * q * d * p + across)
+
+
+@pytest.mark.parametrize('form,chunk', [(True, 64), ('channel', 16)])
 @pytest.mark.parametrize('seqlen', [20, 150], ids=['one-chunk', 'three-chunks'])
-def test_forget_gate_counts_the_ssd_scan(seqlen):
-    """Linear attention with the forget gate: the projections, the step's
-    projection, and two SSD scans (numerator with p = e, normaliser with p = 1)."""
+def test_forget_gate_counts_its_chunks(seqlen, form, chunk):
+    """Linear attention with the forget gate: the projections, the decay's
+    projection (one per head, or one per key channel), and the chunked attention
+    twice (numerator with p = e, normaliser with p = 1)."""
     dim, heads = 16, 2
-    mixer = LinearAttentionMixer(dim, heads, forget_gate=True)
+    mixer = LinearAttentionMixer(dim, heads, forget_gate=form)
     hw = (10, seqlen // 10)
     d = e = dim // heads
-    want = seqlen * dim * 2 * dim + seqlen * dim * heads
-    want += ssd_macs(seqlen, 64, heads, d, e) + ssd_macs(seqlen, 64, heads, d, 1)
+    want = seqlen * dim * 2 * dim + seqlen * dim * (heads if form is True else dim)
+    want += gla_macs(seqlen, chunk, heads, d, e) + gla_macs(seqlen, chunk, heads, d, 1)
     assert count(mixer, torch.randn(1, seqlen, dim), hw) == want
 
 
@@ -200,7 +216,7 @@ def test_what_is_counted_per_model_kind():
                                          ('base', 16.11)])
 def test_official_mlla_gmacs_through_the_tool(size, paper, load_tool):
     """MLLA-T/S/B classifiers at 224 px against the official models' count
-    (torch.utils.flop_counter / 2 of the official code, ../shared/MLLA.md)."""
+    (torch.utils.flop_counter / 2 of the official code, measured on the official models/mlla.py)."""
     tool = load_tool('tools/analysis/get_flops.py')
     result = tool.main([osp.join(ROOT, 'configs', 'mlla',
                                  f'mlla-{size}_32xb128-300e_in1k.py')])

@@ -19,11 +19,11 @@ from mmdinomamba.analysis.rank_report import format_table, write_report
 from mmdinomamba.models import DinoVim
 from mmdinomamba.models.checkpoint import load_backbone_checkpoint
 from tests.factories import dinovim, linear_vit
+from tests.helpers.reference_data import VIM, reference_path
 
 IMAGENET_MEAN, IMAGENET_STD = DEFAULT_PREPROCESSOR['mean'], DEFAULT_PREPROCESSOR['std']
 
 REPO = osp.join(osp.dirname(__file__), '..', '..')
-FIXTURE = osp.join(REPO, '..', 'shared', 'fixtures', 'official_vim_d256_depth4.pt')
 
 
 def tiny_dinovim(**kw):
@@ -79,8 +79,9 @@ def test_official_fixture_loads_through_the_config():
     cfg = Config.fromfile(
         osp.join(REPO, 'configs', 'analysis', 'dinovim-d256-depth4_p16_224px.py'))
     backbone = load_backbone(cfg)
-    assert load_backbone_checkpoint(backbone, FIXTURE) == ''
-    state = torch.load(FIXTURE)['state_dict']
+    path = reference_path(VIM)
+    assert load_backbone_checkpoint(backbone, path) == ''
+    state = torch.load(path)['state_dict']
     torch.testing.assert_close(backbone.layers[3].mixer.A_log_b,
                                state['layers.3.mixer.A_log_b'], rtol=0, atol=0)
 

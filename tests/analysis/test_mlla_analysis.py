@@ -1,5 +1,5 @@
 """MLLA inside the analysis: its mixing matrices reproduce the mixer, the rank tool
-measures the bounds of MLLA.md on the official fixture's weights, and activation
+measures the bounds of docs/mlla.md on the official reference model's weights, and activation
 maps and the comparison engine take the hierarchical backbone."""
 import copy
 import json
@@ -20,9 +20,9 @@ from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import convert
 from mmdinomamba.models.mixers import MixerInfo
+from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
+from tests.helpers.reference_data import load_reference
 
-FIXTURE = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures',
-                   'official_mlla_small.pt')
 SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
              mlp_ratio=4.0)
 TINY = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[2, 2, 4, 8], mlp_ratio=2.0)
@@ -30,7 +30,7 @@ TINY = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[2, 2, 4, 8], mlp_rati
 
 @pytest.fixture(scope='module')
 def official():
-    data = torch.load(FIXTURE, weights_only=True)
+    data = load_reference(MLLA_REFERENCE)
     model = MLLA(arch=SMALL, drop_path_rate=0.0)
     model.load_state_dict({k[len('backbone.'):]: v for k, v in
                            convert(data['state_dict']).items()
@@ -62,8 +62,9 @@ def test_m_x_reproduces_the_official_attention_module(official):
 
 
 def test_rank_tool_measures_the_bounds_on_the_fixture(official):
-    """MLLA.md section 5: attention part rank d, whole matrix full rank, blocks
-    next to the diagonal d + W, farther blocks d (c = 32, 64 px)."""
+    """docs/mlla.md (MLLA in the Y = M X framework): attention part rank d, whole
+    matrix full rank, blocks next to the diagonal d + W, farther blocks d (c = 32,
+    64 px)."""
     data, model = official
     report = analyse_backbone(model, data['cases'][0]['input'][:1], layers=[0, 1],
                               chunk=32, progress=False)

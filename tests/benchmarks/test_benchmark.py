@@ -11,7 +11,9 @@ TOY_DINO = osp.join(osp.dirname(__file__), '..', '..', 'configs', 'dino',
 
 @pytest.fixture(scope='module')
 def bench(load_tool):
-    return load_tool('benchmarks/benchmark.py')
+    module = load_tool('benchmarks/benchmark.py')
+    module.load_runtime()  # what parse_args does once the arguments are parsed
+    return module
 
 
 TINY = dict(type='DinoVim', arch=dict(embed_dims=64, num_layers=2),
@@ -430,9 +432,11 @@ def test_models_mode_measures_mlla_and_swin_under_bf16(bench):
     """MLLA and mmpretrain's Swin beside the baseline at two sizes under CPU bf16
     autocast, inference and training step; the RoPE table built in every mixer
     call (the slow twin) issues more torch operators than one per stage, by the
-    same count at every size (the count does not depend on the grid)."""
-    specs = {'base': TINY_LINEAR, 'mlla': TINY_MLLA,
-             'mlla-per-call': dict(TINY_MLLA, rope_tables='per-call'),
+    same count at every size (the count does not depend on the grid). Two blocks
+    in the first stages: with one a stage, one table per stage is one per call."""
+    mlla = dict(TINY_MLLA, arch=dict(TINY_MLLA['arch'], depths=[2, 2, 1, 1]))
+    specs = {'base': TINY_LINEAR, 'mlla': mlla,
+             'mlla-per-call': dict(mlla, rope_tables='per-call'),
              'swin': TINY_SWIN}
     rows = bench.run_models(specs, sizes=[64, 128], batches=[2, 1],
                             device=torch.device('cpu'), amp=torch.bfloat16,
@@ -535,3 +539,62 @@ def test_models_mode_writes_each_row_as_it_comes(bench, tmp_path, monkeypatch):
     assert 'partial' not in final and [r['model'] for r in final['rows']] == [
         'tiny-a', 'tiny-b']
     assert data['settings']['baseline'] == 'tiny-a'
+
+
+FAKE_OFFICIAL = '''
+import torch.nn as nn
+
+
+class MLLA(nn.Module):
+    """Stands in for the official models/mlla.py: its constructor's keywords."""
+
+    def __init__(self, img_size=224, patch_size=4, in_chans=3, num_classes=1000,
+                 embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
+                 mlp_ratio=4., drop_path_rate=0.1, **kwargs):
+        super().__init__()
+        self.args = dict(img_size=img_size, num_classes=num_classes,
+                         embed_dim=embed_dim, depths=list(depths),
+                         num_heads=list(num_heads), mlp_ratio=mlp_ratio)
+        self.proj = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
+
+    def forward(self, x):
+        return self.proj(x).mean(dim=(2, 3))
+'''
+
+
+def test_official_mlla_rows_come_from_the_given_file(bench, tmp_path):
+    """``--official-mlla PATH``: every mlla-* model gets an '-official' row built
+    from PATH in its arch, without a classifier, measured in the same call; a
+    missing file or one without an MLLA class is named."""
+    path = tmp_path / 'mlla.py'
+    path.write_text(FAKE_OFFICIAL)
+    model = bench.build_model(dict(type='OfficialMLLA', arch='tiny', path=str(path)), 64)
+    assert model.args == dict(img_size=64, num_classes=0, embed_dim=64,
+                              depths=[2, 4, 8, 4], num_heads=[2, 4, 8, 16],
+                              mlp_ratio=4.0)
+    data = bench.main(['--device', 'cpu', '--warmup', '0', '--repeats', '1', '--iters',
+                       '1', 'models', '--models', 'mlla-t', '--official-mlla',
+                       str(path), '--sizes', '32', '--batch-sizes', '1', '--modes',
+                       'infer', '--no-baseline'])
+    rows = {r['model']: r for r in data['rows']}
+    assert set(rows) == {'mlla-tiny', 'mlla-tiny-official'}
+    assert all('error' not in r and r['infer_img_s'] > 0 for r in rows.values())
+    assert rows['mlla-tiny-official']['source'].startswith('official MLLA')
+    assert data['settings']['official_mlla'] == str(path)
+    with pytest.raises(FileNotFoundError, match="not a file; give the path"):
+        bench.build_official_mlla(str(tmp_path / 'none.py'), 'tiny', 64)
+    (tmp_path / 'other.py').write_text('x = 1\n')
+    with pytest.raises(ValueError, match='defines no MLLA class'):
+        bench.build_official_mlla(str(tmp_path / 'other.py'), 'tiny', 64)
+
+
+def test_host_mode_counts_mllas_fused_path(bench):
+    """MLLA in the host mode: per block, the features and the output kernels
+    forward and backward (4 launches); the graphed preset runs the same on the
+    CPU."""
+    arch = dict(embed_dims=16, depths=[1, 2, 1, 1], num_heads=[1, 2, 4, 8],
+                mlp_ratio=2.0)
+    for spec in (dict(type='MLLA', arch=arch),
+                 dict(type='MLLA', arch=arch, stage_graphs=True)):
+        [row] = bench.measure_host(spec, warmup=1, repeats=1, iters=1)
+        assert row['launches'] == 4 * 5 and row['ops'] > 0

@@ -9,7 +9,9 @@ from mmengine.config import Config
 
 @pytest.fixture(scope='module')
 def bench(load_tool):
-    return load_tool('benchmarks/benchmark.py')
+    module = load_tool('benchmarks/benchmark.py')
+    module.load_runtime()  # what parse_args does once the arguments are parsed
+    return module
 
 
 def test_loop_config_trains_the_shipped_config_for_the_timed_epoch(bench, tmp_path):

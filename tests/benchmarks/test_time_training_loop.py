@@ -12,7 +12,9 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 @pytest.fixture(scope='module')
 def bench(load_tool):
-    return load_tool('benchmarks/benchmark.py')
+    module = load_tool('benchmarks/benchmark.py')
+    module.load_runtime()  # what parse_args does once the arguments are parsed
+    return module
 
 
 def run_script(tmp_path, *models, **env):

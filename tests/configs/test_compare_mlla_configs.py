@@ -45,7 +45,7 @@ def test_the_probe_reads_the_dino_runs_backbone():
     assert probe.pop('frozen_stages') == 12
     assert probe.pop('feature_source') == 'normed'
     init = probe.pop('init_cfg')
-    assert init == dict(type='Pretrained', prefix='teacher.backbone.',
+    assert init == dict(type='Pretrained', prefix='teacher.backbone.', strict=True,
                         checkpoint='work_dirs/compare/mlla/epoch_20.pth')
     assert probe == dino
     linearvit = Config.fromfile(osp.join(

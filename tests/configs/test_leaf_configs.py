@@ -3,14 +3,14 @@ builds.
 
 A leaf is every ``configs/**/*.py`` outside a ``_base_`` folder. Each belongs to
 one family (:data:`FAMILIES`), whose recipe numbers and data roots it must hold:
-the paper's DINO and linear-probe recipes (DESIGN.md), the dense recipes (the
-plain backbones' with layer-wise lr decay, MLLA's official Swin-style ones
-without), the Binary-AUC and robustness evaluations, MLLA's classification
-recipe, and the toy recipes of ``make demo`` and the comparison. Incidental
-values (a logger's interval, a visualiser) are not pinned. The layer-decay rates
-of the families that use layer decay are checked on the optimizer the config's
-constructor builds for a 32-wide backbone of the config's depth, against the
-closed form ``lr * rate ** (depth + 1 - layer)``.
+the paper's DINO and linear-probe recipes (the paper and the official Dino-Mamba
+code), the dense recipes (the plain backbones' with layer-wise lr decay, MLLA's
+official Swin-style ones without), the Binary-AUC and robustness evaluations,
+MLLA's classification recipe, and the toy recipes of ``make demo`` and the
+comparison. Incidental values (a logger's interval, a visualiser) are not pinned.
+The layer-decay rates of the families that use layer decay are checked on the
+optimizer the config's constructor builds for a 32-wide backbone of the config's
+depth, against the closed form ``lr * rate ** (depth + 1 - layer)``.
 """
 import copy
 import importlib
@@ -90,7 +90,7 @@ def mlla_arch(path: str) -> str:
 # -- the families ------------------------------------------------------------------------
 
 def dino_in1k(path, cfg):
-    """The official Dino-Mamba DINO recipe (DESIGN.md)."""
+    """The official Dino-Mamba DINO recipe (the paper and github yangtiming/Dino-Mamba)."""
     assert data_roots(cfg) == {'data/imagenet'}
     assert cfg.train_dataloader.batch_size == 48
     assert cfg.optim_wrapper.type == 'PerParamClipAmpOptimWrapper'

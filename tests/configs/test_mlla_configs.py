@@ -38,8 +38,9 @@ def test_recipe_and_model(size, dpr, channels, count):
         'LinearLR', 20, 'CosineAnnealingLR', 20)
     assert cosine.eta_min == pytest.approx(4e-5)
     assert cfg.train_cfg.max_epochs == 300
-    [ema] = cfg.custom_hooks
+    ema, graphs = cfg.custom_hooks
     assert ema.type == 'EMAHook' and ema.momentum == pytest.approx(4e-4)
+    assert graphs.type == 'CUDAGraphBlocksHook'  # the stages replay from CUDA graphs
     steps = [t['type'] for t in cfg.train_dataloader.dataset.pipeline]
     assert 'RandAugment' in steps and 'RandomErasing' in steps
     erase = cfg.train_dataloader.dataset.pipeline[steps.index('RandomErasing')]

@@ -7,7 +7,7 @@ from mmpretrain.registry import MODELS, TRANSFORMS
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets.transforms import (DINOMultiCrop, HueSafeColorJitter,
-                                             adjust_hue)
+                                             adjust_hue, adjust_saturation)
 
 
 def image(seed=0, size=80):
@@ -140,3 +140,30 @@ def test_hue_safe_color_jitter_runs_with_negative_hues():
     outs = [jitter(dict(img=image(1, 16)))['img'] for _ in range(20)]
     assert all(o.shape == (16, 16, 3) and o.dtype == np.uint8 for o in outs)
     assert len({o.tobytes() for o in outs}) == 20
+
+
+def test_saturation_matches_mmcv_pillow_bit_for_bit_without_its_warning():
+    """mmcv's Pillow path warned on every call ("Only use 'alpha' for pillow
+    backend", once per data worker and epoch in every DINO run); ours computes the
+    same pixels and warns nothing, and the jitter takes it."""
+    import warnings
+
+    import mmcv
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (9, 7, 3), dtype=np.uint8)
+    for alpha in (0.0, 0.6, 1.0, 1.4):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            expected = mmcv.adjust_color(img, alpha=alpha, backend='pillow')
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            ours = adjust_saturation(img, alpha)
+            HueSafeColorJitter(saturation=0.5).transform(dict(img=img.copy()))
+        assert np.array_equal(ours, expected), alpha
+        assert caught == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        mmcv.adjust_color(img, alpha=0.5, backend='pillow')
+    assert any('pillow' in str(w.message) for w in caught)  # what it replaces
+    with pytest.raises(ValueError, match='uint8'):
+        adjust_saturation(img.astype(np.float32), 0.5)

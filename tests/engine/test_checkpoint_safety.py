@@ -173,12 +173,19 @@ def test_analysis_tools_refuse_attack_files(name, attack_files, load_tool, tmp_p
 
 @pytest.mark.parametrize('name', ATTACKS)
 def test_mmengine_and_torch_loaders_refuse_attack_files(name, attack_files):
-    """mmengine's load_checkpoint (init_cfg Pretrained of mmpretrain models) and a
-    plain torch.load (weights_only=True by default) after import mmdinomamba."""
+    """mmengine's load_checkpoint (init_cfg Pretrained of mmpretrain models),
+    mmpretrain.get_model(pretrained=) and a plain torch.load (weights_only=True
+    by default) after import mmdinomamba."""
     from mmengine.runner import load_checkpoint
+    from mmpretrain import get_model
     path, marker = attack_files[name]
     with pytest.raises(UnsafeCheckpointError, match=f'refusing to load {path}'):
         load_checkpoint(torch.nn.Linear(2, 2), path)
+    tiny = Config(dict(model=dict(type='ImageClassifier', backbone=dict(
+        type='DinoVim', arch=dict(embed_dims=16, num_layers=1), img_size=16,
+        patch_size=8, mixer_cfg=dict(d_state=4, headdim=8)))))
+    with pytest.raises(UnsafeCheckpointError, match=f'refusing to load {path}'):
+        get_model(tiny, pretrained=path)
     with pytest.raises(Exception, match='Weights only load failed'):
         torch.load(path)
     assert not osp.exists(marker)
@@ -263,6 +270,114 @@ def test_getattr_resolves_only_history_buffer_statistics(tmp_path):
                         (getattr, '__self__'), ({}, 'get')):
         with pytest.raises(Exception, match='may only look up HistoryBuffer'):
             lookup(owner, name)
+
+
+# -- numpy: no forgeable dtype ------------------------------------------------------------
+
+@pytest.fixture()
+def previous_allow_list():
+    """The previous allow-list's numpy entries (numpy's own dtype, array and scalar
+    constructors, and the dtype classes BUILD needs) for one test."""
+    saved = torch.serialization.get_safe_globals()
+    core = np._core if hasattr(np, '_core') else np.core
+    old = [np.ndarray, np.dtype, core.multiarray._reconstruct, core.multiarray.scalar]
+    old += [type(np.dtype(getattr(np, name))) for name in ('float64', 'int64')]
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(old)
+    yield
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(saved)
+
+
+def test_control_the_forged_dtype_loads_under_numpys_own_constructors(
+        tmp_path, previous_allow_list):
+    """The forged file is a real attack: numpy's constructors build a "float64"
+    that holds an object field yet claims no objects (its field is never read:
+    that would dereference 0x4141414141414141)."""
+    path = str(tmp_path / 'forged.pth')
+    attack.save_pickle_as_checkpoint(attack.forged_dtype_pickle(), path)
+    dtype = torch.load(path, weights_only=True)['array'].dtype
+    assert dtype.type is np.float64 and dtype.fields['x'][0] == np.dtype('O')
+    assert not dtype.hasobject
+
+
+@pytest.mark.parametrize('field, message', [
+    ('O', r"numpy dtype 'O' .*may only hold numeric numpy dtypes"),
+    ('i8', r'numpy dtype state .*only a byte order may be set'),
+])
+def test_forged_numpy_dtype_is_refused(tmp_path, field, message):
+    """BUILD may not give a dtype fields, sizes or flags, and no object dtype is
+    built at all: the forged file is refused, by our loader and by a bare
+    torch.load after import mmdinomamba."""
+    path = str(tmp_path / 'forged.pth')
+    attack.save_pickle_as_checkpoint(attack.forged_dtype_pickle(field), path)
+    with pytest.raises(UnsafeCheckpointError, match=f'refusing to load {path}: '
+                       f'{message}'):
+        load_checkpoint_file(path)
+    with pytest.raises(Exception, match='Weights only load failed'):
+        torch.load(path)
+
+
+class _Call:
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+@pytest.mark.parametrize('value, message', [
+    (_Call(np.ndarray, (2, ), np.dtype('f8')), r'numpy\.ndarray\(\.\.\.\)'),
+    (_Call(np.dtype, 'V8', False, True), "numpy dtype 'V8'"),
+    (_Call(np.dtype, 'f8', True, True), 'align=True'),
+    (_Call(np.float64(1).__reduce__()[0], np.dtype('f8'), b'\0' * 4),
+     'expected 8 bytes'),
+    (np.zeros(2, dtype=object), "numpy dtype 'O8'"),
+    (np.zeros(1, dtype=[('a', 'f4')]), 'numpy dtype'),
+    (np.str_('text'), "numpy dtype 'U4'"),
+])
+def test_numpy_values_beyond_numeric_arrays_and_scalars_are_refused(
+        tmp_path, value, message):
+    path = str(tmp_path / 'value.pth')
+    torch.save({'value': value}, path)
+    with pytest.raises(UnsafeCheckpointError, match=message):
+        load_checkpoint_file(path)
+
+
+def test_mmengine_numpy_values_load_as_plain_numpy(tmp_path):
+    """What mmengine and our hooks save: the message hub (HistoryBuffers of
+    float and int scalars, numpy values in runtime_info), the RNG states of
+    ResumableCheckpointHook, numpy scalars in meta; every byte order."""
+    from mmengine.logging import MessageHub
+    from mmdinomamba.engine import get_rng_state
+    hub = MessageHub.get_instance('numpy-values-safety')
+    for step in range(3):
+        hub.update_scalar('train/loss', 0.5 * step)
+        hub.update_scalar('train/count', np.int64(step), count=2)
+    info = dict(best_score=np.float64(0.8125), history=np.arange(6, dtype='>u4'),
+                grid=np.eye(2, dtype=np.float32), dtype=np.dtype('<i2'),
+                flags=np.array([True, False]))
+    for key, value in info.items():
+        hub.update_info(key, value)
+    meta = dict(seed=np.int32(7), lr=np.float16(0.25), ok=np.bool_(True),
+                z=np.complex64(1 + 2j))
+    path = str(tmp_path / 'epoch_1.pth')
+    torch.save(dict(message_hub=hub.state_dict(), meta=meta,
+                    rng_state=get_rng_state(), state_dict={'w': torch.ones(2)}), path)
+    loaded = load_checkpoint_file(path)
+    runtime = loaded['message_hub']['runtime_info']
+    for key, value in info.items():
+        assert type(runtime[key]) is type(value), key
+        np.testing.assert_array_equal(runtime[key], value)
+    assert runtime['history'].dtype == np.uint32 and runtime['dtype'] == np.int16
+    assert {k: (type(v), v) for k, v in loaded['meta'].items()} == \
+        {k: (type(v), v) for k, v in meta.items()}
+    scalars = loaded['message_hub']['log_scalars']
+    assert scalars['train/loss'].mean() == 0.5
+    assert type(scalars['train/loss']._log_history) is np.ndarray
+    np.testing.assert_array_equal(scalars['train/count'].data[0], [0, 1, 2])
+    assert torch.equal(loaded['rng_state']['numpy']['key'],
+                       get_rng_state()['numpy']['key'])
 
 
 # -- files that are not checkpoints ----------------------------------------------------------

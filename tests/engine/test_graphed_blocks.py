@@ -1,4 +1,5 @@
-"""DinoVim's blocks replayed from CUDA graphs (engine/graphed_blocks.py): the same
+"""DinoVim's blocks and MLLA's stages replayed from CUDA graphs
+(engine/graphed_blocks.py): the same
 forward, gradients and stochastic-depth draws as the eager blocks, on the GPU; the
 bookkeeping (one capture per signature, eager when a signature's backward is still
 pending, eager on a CPU) on the CPU."""
@@ -36,9 +37,9 @@ def fake_captures(monkeypatch):
     lists of captures ``(shape, grad)`` and of replays ``shape``, in call order."""
     captures, replays = [], []
 
-    def fake_capture(self, tokens, training, grad):
+    def fake_capture(self, tokens, training, grad, context=()):
         captures.append((tuple(tokens.shape), grad))
-        stack = gb._Stack(self.layers, training, self.run)
+        stack = gb._Stack(self.layers, training, self.run, context)
 
         def replay(x):
             replays.append(tuple(x.shape))
@@ -119,6 +120,77 @@ def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
     CUDAGraphBlocksHook().before_train(Runner(torch.nn.Linear(2, 2)))  # a ViT, say
     assert 'no module of the model (Linear)' in logs[1] and 'eagerly' in logs[1]
 
+
+def tiny_mlla(drop_path_rate=0.2, out_indices=(1, 3)):
+    from mmdinomamba.models import MLLA
+    torch.manual_seed(0)
+    return MLLA(arch=dict(embed_dims=16, depths=[1, 2, 1, 1], num_heads=[1, 2, 4, 8],
+                          mlp_ratio=2.0), out_indices=out_indices,
+                drop_path_rate=drop_path_rate)
+
+
+def test_mlla_stages_one_capture_per_stage_and_grid(fake_captures):
+    """One capture per stage and grid: a transposed input has the same token counts
+    but other grids, so it captures again; the replays give the eager numbers."""
+    captures, replays = fake_captures
+    model = tiny_mlla(drop_path_rate=0.0).train()
+    twin = copy.deepcopy(model)
+    assert gb.graph_blocks(model) == ['']
+    assert isinstance(model.stage_runner, gb.GraphedStages)
+    wide, tall = torch.randn(2, 3, 32, 64), torch.randn(2, 3, 64, 32)
+    for x in (wide, wide, tall):
+        outs = model(x)
+        sum(o.sum() for o in outs).backward()
+        for a, b in zip(outs, twin(x)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    grids = [(2, 128, 16), (2, 32, 32), (2, 8, 64), (2, 2, 128)]  # tokens per stage
+    assert captures == [(g, True) for g in grids] * 2  # wide, then tall
+    assert replays == grids * 3
+    assert all(len(g._graphs) == 2 for g in model.stage_runner.graphs)
+    # per-block outputs (the analysis API) run eagerly, nothing new captured
+    model.forward_intermediates(wide, indices=[1])
+    assert len(captures) == 8
+    gb.graph_blocks(model, enabled=False)
+    assert model.stage_runner is None
+
+
+def test_mlla_on_cpu_runs_eagerly_and_the_hook_names_it():
+    from mmdinomamba.engine.hooks import CUDAGraphBlocksHook
+    model = tiny_mlla().train()
+    twin = copy.deepcopy(model)
+    logs = []
+    runner = type('R', (), dict(model=model, logger=type('L', (), {
+        'info': lambda s, msg: logs.append(msg)})()))()
+    CUDAGraphBlocksHook(max_signatures=3).before_train(runner)
+    assert 'MLLA' in logs[0]
+    assert all(g.max_signatures == 3 for g in model.stage_runner.graphs)
+    x = torch.randn(2, 3, 32, 32)
+    torch.manual_seed(1)
+    out = model(x)
+    torch.manual_seed(1)
+    for a, b in zip(out, twin(x)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert all(g._graphs == {} for g in model.stage_runner.graphs)
+    with pytest.raises(ValueError, match='max_signatures must be a positive int'):
+        CUDAGraphBlocksHook(max_signatures=0)
+
+
+@pytest.mark.gpu
+def test_graphed_mlla_training_steps_equal_eager_steps_with_drop_path():
+    """MLLA's stages: three steps over two input sizes, bf16 autocast, drop path."""
+    eager = tiny_mlla(drop_path_rate=0.3, out_indices=(3, )).cuda().train()
+    graphed = copy.deepcopy(eager)
+    gb.graph_blocks(graphed)
+    inputs = [torch.randn(8, 3, 64, 64, device='cuda'),
+              torch.randn(4, 3, 96, 64, device='cuda')]
+    want = _train_steps(eager, inputs, 3, seed=5)
+    got = _train_steps(graphed, inputs, 3, seed=5)
+    assert all(len(g._graphs) == 2 for g in graphed.stage_runner.graphs)
+    for (loss_g, grads_g), (loss_e, grads_e) in zip(got, want):
+        torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
+        for g, e in zip(grads_g, grads_e):
+            torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
+    assert not torch.equal(want[0][0], want[1][0])
 
 
 def _train_steps(model, inputs, steps, seed, set_to_none=True):

@@ -1,5 +1,7 @@
 """GroupedOptimWrapperConstructor: mmengine's per-tensor groups merged by setting,
 with the same update as the unmerged groups."""
+import logging
+
 import torch
 import torch.nn as nn
 from mmengine.optim import DefaultOptimWrapperConstructor
@@ -87,3 +89,30 @@ def test_the_dino_recipe_trains_two_groups():
     assert [g['weight_decay'] for g in groups] == [0.04, 0.0]
     trained = {id(p) for p in model.parameters() if p.requires_grad}
     assert trained <= {id(p) for g in groups for p in g['params']}
+
+
+def test_a_frozen_module_is_passed_over_without_a_warning_per_tensor():
+    """DINO's teacher trains by EMA, not by the optimizer: the constructor leaves it
+    out as a whole, with the same groups and no warning; mmengine's warns once per
+    frozen tensor (what every DINO run printed, 78 lines for the toy model)."""
+    from mmengine.logging import MMLogger
+
+    logger = MMLogger.get_current_instance()
+    groups, messages = {}, {}
+    for constructor in (DefaultOptimWrapperConstructor, GroupedOptimWrapperConstructor):
+        model = nn.ModuleDict(dict(student=net(), teacher=net()))
+        model['teacher'].requires_grad_(False)
+        seen = []
+        handler = logging.Handler()
+        handler.emit = lambda record, seen=seen: seen.append(record.getMessage())
+        logger.addHandler(handler)
+        try:
+            optimizer = build(constructor, model, fused=False).optimizer
+        finally:
+            logger.removeHandler(handler)
+        groups[constructor] = {id(p) for g in optimizer.param_groups for p in g['params']}
+        messages[constructor] = [m for m in seen if 'requires_grad' in m]
+        assert groups[constructor] == {id(p) for p in model['student'].parameters()}
+    assert len(messages[DefaultOptimWrapperConstructor]) == \
+        len(list(net().parameters()))
+    assert messages[GroupedOptimWrapperConstructor] == []

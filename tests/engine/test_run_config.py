@@ -177,23 +177,23 @@ def test_the_work_dir_is_the_command_lines_then_the_configs_then_by_name():
     assert cfg.work_dir == osp.join('./work_dirs', 'dino_toy')
 
 
-def test_the_tools_share_their_run_options(monkeypatch):
-    import argparse
+@pytest.mark.parametrize('tool', ['tools/train.py', 'tools/test.py'])
+def test_the_tools_share_their_run_options(tool, load_tool, monkeypatch):
     import os
+    import sys
 
-    from mmdinomamba.engine import (add_config_args, add_launcher_args,
-                                    export_local_rank)
-    parser = argparse.ArgumentParser()
-    add_config_args(parser)
-    add_launcher_args(parser)
-    args = parser.parse_args(['--cfg-options', 'a.b=1', 'c=[1,2]', '--no-strict',
-                              '--launcher', 'pytorch', '--local-rank', '3'])
-    assert args.cfg_options == {'a.b': 1, 'c': [1, 2]} and args.no_strict
+    positional = ['cfg.py'] if tool.endswith('train.py') else ['cfg.py', 'ckpt.pth']
+    module = load_tool(tool)
     monkeypatch.delenv('LOCAL_RANK', raising=False)
-    export_local_rank(args)
-    assert os.environ['LOCAL_RANK'] == '3'
+    monkeypatch.setattr(sys, 'argv', [tool, *positional, '--cfg-options', 'a.b=1',
+                                      'c=[1,2]', '--no-strict', '--launcher',
+                                      'pytorch', '--local-rank', '3'])
+    args = module.parse_args()
+    assert args.cfg_options == {'a.b': 1, 'c': [1, 2]} and args.no_strict
+    assert args.launcher == 'pytorch' and os.environ['LOCAL_RANK'] == '3'
     monkeypatch.setenv('LOCAL_RANK', '1')  # the launcher's wins
-    export_local_rank(args)
+    module.parse_args()
     assert os.environ['LOCAL_RANK'] == '1'
+    monkeypatch.setattr(sys, 'argv', [tool, *positional, '--launcher', 'ray'])
     with pytest.raises(SystemExit):
-        parser.parse_args(['--launcher', 'ray'])
+        module.parse_args()

@@ -249,6 +249,28 @@ def test_metric_seg_data_samples_heads_and_skips():
     assert set(metrics) == {'val/binary_auc', 'val/binary_auc/num_skipped'}
 
 
+def test_the_metric_names_its_keys_without_mmengine_s_prefix_warning():
+    """mmengine warns "The prefix is not set" for a metric whose default prefix is
+    None, once per run; the keys name themselves (``binary_auc...``)."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        metric = BinaryAUC()
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in seen if 'prefix' in m], seen
+    score, mask = random_case(0)
+    sample = BaseDataElement(gt_sem_seg=PixelData(data=label_map(mask)[None]),
+                             activation_map=PixelData(data=score[None]))
+    assert set(evaluate(metric, [sample])) == {'binary_auc', 'binary_auc/num_skipped'}
+
+
 def test_metric_resizes_low_resolution_maps():
     score, mask = random_case(5, size=8)
     label = label_map(F.interpolate(mask[None, None].float(), scale_factor=4)[0, 0] > 0)

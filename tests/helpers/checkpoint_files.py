@@ -13,11 +13,17 @@ Both write ``marker`` when their payload runs; nothing else.
 
 And the shape of an official MLLA release without yacs installed:
 :func:`save_with_cfg_node` pickles a stand-in :class:`CfgNode` under yacs' name.
+:func:`forged_dtype_pickle` writes, opcode by opcode, a numpy array whose dtype a
+BUILD has forged.
 """
 import copyreg
+import io
 import os
+import pickle
+import struct
 import sys
 import types
+import zipfile
 
 import torch
 from mmengine.logging import HistoryBuffer
@@ -112,3 +118,68 @@ def save_with_cfg_node(path: str, checkpoint, marker: str, monkeypatch) -> None:
     torch.save(checkpoint(CfgNode), path)
     monkeypatch.setattr(CfgNode, 'marker', marker)
     monkeypatch.delitem(sys.modules, 'yacs.config')  # nothing may import it
+
+
+# -- a forged numpy dtype ------------------------------------------------------------
+
+def _op(code: bytes, *args: bytes) -> bytes:
+    return code + b''.join(args)
+
+
+def _text(value: str) -> bytes:
+    data = value.encode('utf-8')
+    return _op(pickle.BINUNICODE, struct.pack('<I', len(data)), data)
+
+
+def _global(module: str, name: str) -> bytes:
+    return _op(pickle.GLOBAL, f'{module}\n{name}\n'.encode())
+
+
+def _bytes(value: bytes) -> bytes:
+    """``bytes`` as protocol 2 writes them: ``_codecs.encode(text, 'latin1')``."""
+    return (_global('_codecs', 'encode') + _text(value.decode('latin1')) +
+            _text('latin1') + pickle.TUPLE2 + pickle.REDUCE)
+
+
+def _small_int(value: int) -> bytes:
+    return _op(pickle.BININT, struct.pack('<i', value))
+
+
+def _dtype(code: str) -> bytes:
+    """``numpy.dtype(code, False, True)``, as numpy pickles a dtype."""
+    return (_global('numpy', 'dtype') + _text(code) + pickle.NEWFALSE + pickle.NEWTRUE +
+            pickle.TUPLE3 + pickle.REDUCE)
+
+
+def forged_dtype_pickle(field: str = 'O', data: bytes = b'\x41' * 8) -> bytes:
+    """A pickle, written opcode by opcode, of ``{'array': a}`` where ``a`` is a
+    one-element array whose dtype is a genuine ``numpy.dtype('f8')`` that a BUILD
+    then turns into a record with one field of dtype ``field`` at offset 0, flags
+    0. With ``field='O'`` the dtype claims no objects (``hasobject`` False), so
+    numpy takes ``data`` as the array's bytes, and reading the field dereferences
+    them as an object pointer (0x4141414141414141). Nothing here reads it."""
+    forged_state = (pickle.MARK + _small_int(3) + _text('|') + pickle.NONE +
+                    _text('x') + pickle.TUPLE1 +                      # names
+                    pickle.EMPTY_DICT + _text('x') + _dtype(field) + _small_int(0) +
+                    pickle.TUPLE2 + pickle.SETITEM +                  # fields
+                    _small_int(8) + _small_int(8) + _small_int(0) +   # size, align, flags
+                    pickle.TUPLE + pickle.BUILD)
+    array = (_global('numpy._core.multiarray', '_reconstruct') +
+             _global('numpy', 'ndarray') + _small_int(0) + pickle.TUPLE1 + _bytes(b'b') +
+             pickle.TUPLE3 + pickle.REDUCE +
+             pickle.MARK + _small_int(1) + _small_int(1) + pickle.TUPLE1 +
+             _dtype('f8') + forged_state +
+             pickle.NEWFALSE + _bytes(data) + pickle.TUPLE + pickle.BUILD)
+    return (_op(pickle.PROTO, b'\x02') + pickle.EMPTY_DICT + _text('array') + array +
+            pickle.SETITEM + pickle.STOP)
+
+
+def save_pickle_as_checkpoint(data: bytes, path: str) -> None:
+    """Write ``data`` as the pickle of a ``torch.save`` archive (no tensors)."""
+    buffer = io.BytesIO()
+    torch.save({}, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as src, \
+            zipfile.ZipFile(path, 'w') as dst:
+        for item in src.infolist():
+            dst.writestr(item, data if item.filename.endswith('/data.pkl')
+                         else src.read(item.filename))

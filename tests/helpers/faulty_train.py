@@ -10,9 +10,15 @@ FAULT is one of
                    half of the bytes, fsync, then SIGKILL itself;
   raise-in-write   during the N-th checkpoint file write, write half of the bytes,
                    then raise OSError (a full disk): the run ends with a traceback;
+  kill-in-val      SIGKILL itself in the N-th validation of this process, after
+                   its first batch (the checkpoint it follows is written, its
+                   metrics and best checkpoint are not);
   nan-at-iter      before training iteration N, put a NaN into the first parameter
-                   of the model's backbone, with the backbones' own finiteness
-                   checks off, as they are on CUDA.
+                   of the model's backbone (the ops' own finiteness checks as
+                   they are: on, on the CPU);
+  nan-at-iter-unchecked  the same with the ops' own checks off, as they are on
+                   CUDA (what reaches the checkpoint hook without
+                   NonFiniteStopHook).
 """
 import os
 import os.path as osp
@@ -24,7 +30,8 @@ from mmengine.fileio import LocalBackend
 from mmengine.runner import Runner
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write', 'nan-at-iter')
+FAULTS = ('kill-after-iter', 'kill-in-write', 'raise-in-write', 'kill-in-val',
+          'nan-at-iter', 'nan-at-iter-unchecked')
 
 
 def die():
@@ -32,15 +39,14 @@ def die():
 
 
 def install(fault: str, n: int) -> None:
-    if fault == 'nan-at-iter':
-        import importlib
-
+    if fault.startswith('nan-at-iter'):
         import torch
 
         from mmdinomamba.engine.hooks.utils import unwrap_model
+        from mmdinomamba.ops import set_finite_checks
 
-        # the ops' own finiteness check off, as it is on CUDA
-        importlib.import_module('mmdinomamba.ops.backend')._check_finite = lambda t: False
+        if fault == 'nan-at-iter-unchecked':
+            set_finite_checks(False)
         call_hook, started = Runner.call_hook, []
 
         def poisoning_call_hook(self, fn_name, **kwargs):
@@ -53,6 +59,18 @@ def install(fault: str, n: int) -> None:
             call_hook(self, fn_name, **kwargs)
 
         Runner.call_hook = poisoning_call_hook
+        return
+    if fault == 'kill-in-val':
+        call_hook, validations = Runner.call_hook, []
+
+        def killing_call_hook(self, fn_name, **kwargs):
+            call_hook(self, fn_name, **kwargs)
+            if fn_name == 'before_val':
+                validations.append(1)
+            elif fn_name == 'after_val_iter' and len(validations) == n:
+                die()
+
+        Runner.call_hook = killing_call_hook
         return
     if fault == 'kill-after-iter':
         call_hook, done = Runner.call_hook, []

@@ -14,6 +14,8 @@ from mmdinomamba.engine import set_run_length
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TOY_CONFIG = osp.join(ROOT, 'configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py')
+PROBE_CONFIG = osp.join(ROOT,
+                        'configs/linear_probe/dinovim-toy-p8_1xb16-linear-10e_toy.py')
 # a training process: the checkout's package, one thread
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''),
            OMP_NUM_THREADS='1')
@@ -54,6 +56,44 @@ def tiny_dino_config(data_root: str, work_dir: str, max_epochs: int = 2,
     return cfg
 
 
+def tiny_probe_config(data_root: str, work_dir: str, max_epochs: int = 3,
+                      max_iters: int = None) -> Config:
+    """The toy linear probe, from scratch, on the 2-class toy data: 4 images a
+    batch (4 iterations an epoch), augmentation in the main process
+    (``num_workers=0``), validated and checkpointed every epoch with the best
+    top-1 kept. Its validation flips at random, so that a validation draws from
+    the generators a training run continues with.
+
+    With ``max_iters``: an iteration-based run of that many iterations, with an
+    infinite sampler, validated and checkpointed every 2 iterations.
+    """
+    cfg = Config.fromfile(PROBE_CONFIG)
+    cfg.work_dir = work_dir
+    cfg.model.head.num_classes = cfg.data_preprocessor.num_classes = 2
+    cfg.model.backbone.init_cfg = None
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].dataset.update(data_root=data_root,
+                                   classes=osp.join(data_root, 'classes.txt'))
+        cfg[loader].update(num_workers=0, persistent_workers=False, batch_size=4)
+    pipeline = cfg.val_dataloader.dataset.pipeline
+    pipeline.insert(-1, dict(type='RandomFlip', prob=0.5, direction='horizontal'))
+    cfg.train_cfg.update(max_epochs=max_epochs, val_interval=1)
+    cfg.default_hooks.checkpoint.update(interval=1, max_keep_ckpts=3,
+                                        save_best='accuracy/top1')
+    if max_iters is not None:
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters,
+                             val_interval=2)
+        cfg.train_dataloader.sampler = dict(type='InfiniteSampler', shuffle=True)
+        cfg.param_scheduler = dict(type='CosineAnnealingLR', by_epoch=False, begin=0,
+                                   end=max_iters)
+        cfg.default_hooks.checkpoint.update(by_epoch=False, interval=2)
+        cfg.log_processor = dict(by_epoch=False)
+        cfg.default_hooks.logger.log_metric_by_epoch = False  # logged at iterations
+    cfg.default_hooks.logger.interval = 1
+    cfg.log_level = 'WARNING'
+    return cfg
+
+
 class StopAfter(Hook):
     """Stop an epoch-based run after ``epochs`` epochs (its schedule stays as
     configured, as in a run that was interrupted)."""
@@ -63,6 +103,18 @@ class StopAfter(Hook):
 
     def after_train_epoch(self, runner):
         if runner.epoch + 1 >= self.epochs:
+            runner.train_loop.stop_training = True
+
+
+class StopAfterIters(Hook):
+    """Stop an iteration-based run after ``iters`` iterations (as
+    :class:`StopAfter` does an epoch-based one)."""
+
+    def __init__(self, iters):
+        self.iters = iters
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if runner.iter + 1 >= self.iters:
             runner.train_loop.stop_training = True
 
 

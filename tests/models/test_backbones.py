@@ -7,8 +7,8 @@ import torch
 from mmdinomamba.models.backbones import DinoVim, LinearViT, PatchEmbed, resize_pos_embed
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
 from tests.factories import dinovim
+from tests.helpers.reference_data import MAMBAR, VIM, load_reference
 
-FIXTURES = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures')
 ROOT = osp.join(osp.dirname(__file__), '..', '..')
 TINY_MIXER = dict(d_state=8, headdim=8, chunk_size=16)
 
@@ -24,8 +24,7 @@ def tiny_vim(**kwargs):
 
 
 # ----------------------------------------------------------------- fixtures
-FIXTURE_CASES = [('official_vim_d256_depth4.pt', 0),
-                 ('official_mambar_d256_depth4.pt', 12)]
+FIXTURE_CASES = [(VIM, 0), (MAMBAR, 12)]
 
 
 def rel_err(a, b):
@@ -35,11 +34,7 @@ def rel_err(a, b):
 @pytest.fixture(scope='module', params=FIXTURE_CASES, ids=['vim', 'mambar'])
 def official(request):
     name, registers = request.param
-    path = osp.join(FIXTURES, name)
-    if not osp.isfile(path):
-        pytest.fail(f'fixture missing: {path} (../shared/fixtures must sit beside '
-                    'the checkout)')
-    return torch.load(path), registers
+    return load_reference(name), registers
 
 
 def test_reproduces_official_outputs(official, tmp_path, convert):
@@ -117,7 +112,7 @@ def test_converter_rejects_what_it_cannot_convert(convert):
 
 # ----------------------------------------------------------------- layout
 def expected_sequence(model, x):
-    """The token sequence built literally from DESIGN.md's description."""
+    """The token sequence built literally from the official models_vim.py layout."""
     patches, _ = model.patch_embed(x)
     n = patches.shape[1]
     tokens = []

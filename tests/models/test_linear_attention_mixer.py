@@ -107,13 +107,15 @@ def naive_mixer(mixer, u, hw):
 
 
 def naive_forget_gate(mixer, u, hw):
-    """The recurrence: per head, S_t = a_t S_(t-1) + K_r,t^T G_t and
-    Z_t = a_t Z_(t-1) + K_t, y_t = Q_r,t S_t / (Q_t . Z_t + N eps), with
-    a_t = exp(-exp(A_log) max(softplus(u_t W_dt + dt_bias), 1e-4))."""
+    """The recurrence: per head, S_t = diag(a_t) S_(t-1) + K_r,t^T G_t and
+    Z_t = a_t (.) Z_(t-1) + K_t, y_t = Q_r,t S_t / (Q_t . Z_t + N eps), with
+    a_t = exp(-exp(A_log) softplus(u_t W_dt + dt_bias)): one scalar per head
+    ('head') or one per key channel ('channel')."""
     d, e, n = mixer.qk_dim // mixer.num_heads, mixer.dim // mixer.num_heads, u.shape[1]
     q, k, q_r, k_r, v, g = naive_qkvg(mixer, u, hw)
-    dt = F.softplus(u @ mixer.dt_proj.weight.T + mixer.dt_bias).clamp(min=1e-4)
-    decay = torch.exp(-torch.exp(mixer.A_log) * dt)  # (batch, n, heads)
+    dt = F.softplus(u @ mixer.dt_proj.weight.T + mixer.dt_bias)
+    decay = torch.exp(-torch.exp(mixer.A_log) * dt)  # (batch, n, heads or qk_dim)
+    per_channel = mixer.forget_gate == 'channel'
     y = torch.zeros_like(v)
     for b in range(u.shape[0]):
         for h in range(mixer.num_heads):
@@ -121,8 +123,10 @@ def naive_forget_gate(mixer, u, hw):
             S = torch.zeros(d, e, dtype=u.dtype)
             Z = torch.zeros(d, dtype=u.dtype)
             for t in range(n):
-                S = decay[b, t, h] * S + torch.outer(k_r[b, t, sl], g[b, t, sv])
-                Z = decay[b, t, h] * Z + k[b, t, sl]
+                a = decay[b, t, sl] if per_channel else decay[b, t, h]
+                S = (a[:, None] if per_channel else a) * S + torch.outer(k_r[b, t, sl],
+                                                                         g[b, t, sv])
+                Z = a * Z + k[b, t, sl]
                 num = q_r[b, t, sl] @ S
                 y[b, t, sv] = num / (q[b, t, sl] @ Z + n * mixer.eps) \
                     if mixer.normalize else num / n
@@ -155,12 +159,15 @@ def test_each_switch_matches_the_naive_definition(cfg):
 FORGET = [dict(forget_gate=True), dict(forget_gate=True, rope=True, lepe=True),
           dict(forget_gate=True, normalize=False, input_gate=True, shortcut=True),
           dict(forget_gate=True, num_heads=1, value_proj=True),
-          dict(forget_gate=True, num_heads=1, qk_dim=4, rope=True)]
+          dict(forget_gate=True, num_heads=1, qk_dim=4, rope=True),
+          dict(forget_gate='channel'), dict(forget_gate='channel', rope=True, lepe=True),
+          dict(forget_gate='channel', normalize=False, num_heads=1, qk_dim=4)]
 
 
 @pytest.mark.parametrize('cfg', FORGET, ids=config_id)
 def test_forget_gate_is_the_recurrence(cfg):
-    """The SSD scan (chunked, several chunks) equals the explicit recurrence."""
+    """The chunked computation (several chunks, a partial last one) equals the
+    explicit recurrence, per head and per channel."""
     torch.manual_seed(3)
     mixer = perturbed(**cfg)
     u = torch.randn(2, 150, DIM, dtype=torch.float64)  # 150 tokens: 3 chunks of 64
@@ -169,14 +176,46 @@ def test_forget_gate_is_the_recurrence(cfg):
                                rtol=1e-9, atol=1e-10)
 
 
-def test_forget_gate_is_causal():
-    mixer = perturbed(forget_gate=True)
+@pytest.mark.parametrize('form', [True, 'channel'])
+def test_forget_gate_is_causal(form):
+    mixer = perturbed(forget_gate=form)
     u = inputs()
     changed = u.clone()
     changed[:, 7:] += 1.0
     a, b = mixer(u, HW), mixer(changed, HW)
     torch.testing.assert_close(a[:, :7], b[:, :7])
     assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_forget_gate_forms_and_their_parameters():
+    """'head' (True) decays one scalar per head, 'channel' one per key channel."""
+    head, channel = perturbed(forget_gate=True), perturbed(forget_gate='channel',
+                                                           qk_dim=4)
+    assert head.forget_gate == 'head' and head.A_log.shape == head.dt_bias.shape == (2, )
+    assert channel.dt_proj.weight.shape == (4, DIM) and channel.A_log.shape == (4, )
+    with pytest.raises(ValueError, match="unknown forget_gate 'state'"):
+        LinearAttentionMixer(DIM, HEADS, forget_gate='state')
+
+
+TWIN = CONFIGS + FORGET
+
+
+@pytest.mark.parametrize('cfg', TWIN, ids=config_id)
+def test_fast_path_equals_its_slow_twin(cfg):
+    """attn_backend 'auto' (the associative form or the chunks, RoPE from the
+    grid's per-head table) against 'ref' (the mixing matrix or the recurrence,
+    RoPE per tensor): output and every gradient."""
+    mixer = perturbed(**cfg)
+    twin = perturbed(attn_backend='ref', **cfg)
+    u = inputs().requires_grad_(True)
+    hw = HW
+    fast, slow = mixer(u, hw), twin(u, hw)
+    torch.testing.assert_close(fast, slow, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(fast)
+    params = [u, *mixer.parameters()]
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), params),
+                    torch.autograd.grad((slow * w).sum(), [u, *twin.parameters()])):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
 def test_switches_change_the_output_and_the_parameters():
@@ -290,8 +329,8 @@ def test_bad_arguments_are_named():
         LinearAttentionMixer(6, 1, rope=True)
     with pytest.raises(ValueError, match=r'qk_dim \(6\) to be a multiple of 4'):
         LinearAttentionMixer(8, 1, qk_dim=6, rope=True)
-    with pytest.raises(ValueError, match='unknown ssd_backend'):
-        LinearAttentionMixer(DIM, HEADS, forget_gate=True, ssd_backend='cuda')
+    with pytest.raises(ValueError, match='unknown attn_backend'):
+        LinearAttentionMixer(DIM, HEADS, forget_gate=True, attn_backend='cuda')
     mixer = LinearAttentionMixer(DIM, HEADS)
     with pytest.raises(ValueError, match='do not fill the grid'):
         mixer(torch.randn(1, 12, DIM), (3, 5))

@@ -1,6 +1,5 @@
 """MLLA: the official fixture through the converter, parameter counts, any input
 size, mixed precision, outputs, freezing and layer-wise lr decay."""
-import os.path as osp
 import warnings
 
 import pytest
@@ -8,9 +7,9 @@ import torch
 
 from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import convert
+from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
+from tests.helpers.reference_data import load_reference
 
-FIXTURE = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures',
-                   'official_mlla_small.pt')
 SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
              mlp_ratio=4.0)
 TINY = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8], mlp_ratio=4.0)
@@ -22,10 +21,7 @@ def rel_err(a, b):
 
 @pytest.fixture(scope='module')
 def official():
-    if not osp.isfile(FIXTURE):
-        pytest.fail(f'fixture missing: {FIXTURE} (../shared/fixtures must sit beside '
-                    'the checkout)')
-    return torch.load(FIXTURE, weights_only=True)
+    return load_reference(MLLA_REFERENCE)
 
 
 def classifier(num_classes=10, arch=None, **backbone):
@@ -115,7 +111,7 @@ def test_a_swapped_tensor_is_caught(official):
 @pytest.mark.parametrize('arch,count', [('tiny', 24_392_200), ('small', 43_015_048),
                                         ('base', 95_983_960)])
 def test_parameter_counts(arch, count):
-    """The official class's counts with a 1000-class head (MLLA.md)."""
+    """The official class's counts with a 1000-class head (docs/mlla.md)."""
     from mmpretrain.registry import MODELS
     import mmdinomamba  # noqa: F401
     model = MODELS.build(dict(

@@ -10,8 +10,6 @@ Tolerances (relative L2 error, ``|a - b| / |b|``):
   per term; 2e-2 leaves a margin of a few while still catching any wrong term
   (a missing or doubled contribution is an O(1) error).
 """
-import os
-import os.path as osp
 
 import pytest
 import torch
@@ -19,13 +17,12 @@ import torch
 from mmdinomamba.models.backbones import DinoVim
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.ops import add_rms_norm, rms_norm, ssd_chunked
+from tests.helpers.reference_data import MAMBAR, VIM, load_reference
 
 pytestmark = pytest.mark.gpu
 
 FP32_TOL = 1e-4
 BF16_TOL = 2e-2
-FIXTURES = os.environ.get('MMDINOMAMBA_FIXTURES', osp.join(
-    osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures'))
 
 
 @pytest.fixture(autouse=True)
@@ -261,14 +258,10 @@ def test_dinovim_fused_matches_cpu_reference():
     assert max(errors.values()) < FP32_TOL, errors
 
 
-@pytest.mark.parametrize('name,registers', [('official_vim_d256_depth4.pt', 0),
-                                            ('official_mambar_d256_depth4.pt', 12)])
+@pytest.mark.parametrize('name,registers', [(VIM, 0), (MAMBAR, 12)])
 def test_dinovim_fused_reproduces_official_fixtures(name, registers):
     """The released models' outputs (fixtures README: 1e-3 is a safe tolerance)."""
-    path = osp.join(FIXTURES, name)
-    if not osp.exists(path):
-        pytest.skip(f'fixture {path} not present (set MMDINOMAMBA_FIXTURES)')
-    data = torch.load(path)
+    data = load_reference(name)
     model = DinoVim(arch=dict(embed_dims=256, num_layers=4), num_registers=registers,
                     drop_path_rate=0.0).cuda().eval()
     model.load_state_dict({k: v for k, v in data['state_dict'].items()

@@ -19,7 +19,8 @@ import torch
 pytest.importorskip('triton')
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
-INTERPRETED = ('test_kernels.py', 'test_mixer_op.py', 'test_blocks.py')
+INTERPRETED = ('test_kernels.py', 'test_mixer_op.py', 'test_blocks.py',
+               'test_mlla_kernels.py')
 
 
 @pytest.mark.slow

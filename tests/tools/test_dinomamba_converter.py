@@ -1,6 +1,5 @@
 """tools/model_converters/dinomamba2mmdinomamba.py: the official layout is checked,
 wrong checkpoints exit non-zero naming what is wrong, good ones load strictly."""
-import os.path as osp
 
 import pytest
 import torch
@@ -8,8 +7,8 @@ import torch
 from mmdinomamba.models import DinoVim
 from tests.factories import dinovim
 from tests.helpers.converter_cli import assert_refused
+from tests.helpers.reference_data import MAMBAR, VIM, reference_path
 
-FIXTURES = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures')
 DIM = 16
 
 
@@ -103,11 +102,10 @@ def test_layout_problems_are_named(tool):
     assert tool.validate(reg)['num_registers'] == 2
 
 
-@pytest.mark.parametrize('name,registers', [('official_vim_d256_depth4.pt', 0),
-                                            ('official_mambar_d256_depth4.pt', 12)])
+@pytest.mark.parametrize('name,registers', [(VIM, 0), (MAMBAR, 12)])
 def test_official_fixture_converts_and_loads_strictly(name, registers, tmp_path,
                                                       capsys, tool):
-    src, dst = osp.join(FIXTURES, name), str(tmp_path / 'backbone.pth')
+    src, dst = reference_path(name), str(tmp_path / 'backbone.pth')
     tool.main([src, dst])
     assert f'4 blocks, {registers} registers' in capsys.readouterr().out
     model = DinoVim(arch=dict(embed_dims=256, num_layers=4), num_registers=registers,

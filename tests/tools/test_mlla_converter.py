@@ -10,9 +10,9 @@ from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import official_layout, read_arch
 from tests.helpers import checkpoint_files
 from tests.helpers.converter_cli import assert_refused
+from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
+from tests.helpers.reference_data import load_reference
 
-FIXTURE = osp.join(osp.dirname(__file__), '..', '..', '..', 'shared', 'fixtures',
-                   'official_mlla_small.pt')
 SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
              mlp_ratio=4.0)
 
@@ -24,7 +24,7 @@ def tool(load_tool):
 
 @pytest.fixture(scope='module')
 def official():
-    return torch.load(FIXTURE, weights_only=True)
+    return load_reference(MLLA_REFERENCE)
 
 
 def classifier(**backbone):
@@ -62,7 +62,7 @@ def test_every_tensor_maps_to_exactly_one_of_ours(official, tool, rotations):
 
 
 def test_the_layout_is_the_official_classes(official):
-    """official_layout, written from MLLA.md's key table, equals the fixture's
+    """official_layout, written from the official key layout, equals the fixture's
     keys and shapes (the official class's state_dict, rotations aside)."""
     kept = without_rotations(official['state_dict'])
     layout = official_layout(**read_arch(kept))
@@ -128,6 +128,9 @@ def damaged(official, change):
         state['layers.1.blocks.0.attn.gate.weight'] = torch.ones(3)
     elif change == 'shape':
         state['layers.2.blocks.1.dwc.weight'] = torch.ones(48, 1, 5, 5)
+    elif change == 'nan':
+        state['layers.1.blocks.0.cpe2.bias'] = torch.full_like(
+            state['layers.1.blocks.0.cpe2.bias'], float('nan'))
     return state
 
 
@@ -146,6 +149,9 @@ WRONG = {
     'wrong shape': (lambda official: damaged(official, 'shape'),
                     ['layers.2.blocks.1.dwc.weight (48, 1, 5, 5), expected '
                      '(48, 1, 3, 3)']),
+    'non-finite': (lambda official: damaged(official, 'nan'),
+                   ['1 tensors hold NaN or infinite values: '
+                    'layers.1.blocks.0.cpe2.bias']),
     'pickled object': (lambda official: dict(model=official['state_dict'],
                                              config=NotATensor()),
                        ['refusing to load', 'NotATensor', 'which are not data']),

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from mmdinomamba.analysis import recipe
 from mmdinomamba.analysis.comparison import repo_relative
 from mmdinomamba.analysis.recipe import COMPARE_MODELS, SEQ256_MODELS
 
@@ -36,7 +37,7 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
     """--device cpu (float32 training, no AMP) through every model of the table."""
     pytest.importorskip('mmpretrain')
     work = str(tmp_path / 'cmp')
-    script.main('compare', osp.dirname(osp.dirname(script.__file__)), [
+    recipe.main('compare', osp.dirname(osp.dirname(script.__file__)), [
         '--work-dir', work, '--data-root', str(tmp_path / 'data'), *TINY_CPU_BUDGET])
     out = capsys.readouterr().out
     for step in range(1, 6):
@@ -131,7 +132,7 @@ def test_cpu_run_at_256_tokens_end_to_end(tmp_path, script, capsys):
     64 caps its mixing matrix's rank below the sequence length."""
     pytest.importorskip('mmpretrain')
     work, out = str(tmp_path / 'cmp'), str(tmp_path / 'report256')
-    script.main('compare', osp.dirname(osp.dirname(script.__file__)), [
+    recipe.main('compare', osp.dirname(osp.dirname(script.__file__)), [
         '--preset', 'seq256', '--work-dir', work, '--data-root', str(tmp_path / 'data'),
         '--out', out, *TINY_CPU_BUDGET], presets=('compare', 'seq256'))
     stdout = capsys.readouterr().out

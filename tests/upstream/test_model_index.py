@@ -210,3 +210,68 @@ def test_registration_happens_once():
     for name in MODELS:
         assert ModelHub.has(name)
         assert ModelHub.get(name).config.filename == osp.join(REPO, MODELS[name].config)
+
+
+def test_pretrained_true_without_weights_says_so_and_names_the_ways_to_weights():
+    """No record hosts weights: ``pretrained=True`` (and an inferencer, whose default
+    it is) raises instead of building a randomly initialised model; the message
+    names the converter of the official release and ``pretrained=PATH``."""
+    from mmpretrain import ImageClassificationInferencer
+    for call in (lambda: mmpretrain.get_model('mlla-tiny_32xb128-300e_in1k',
+                                              pretrained=True),
+                 lambda: ImageClassificationInferencer('mlla-tiny_32xb128-300e_in1k')):
+        with pytest.raises(ValueError) as err:
+            call()
+        message = str(err.value)
+        assert 'mlla-tiny_32xb128-300e_in1k has no weights to download' in message
+        assert 'randomly initialised' in message and 'pretrained=PATH' in message
+        assert ('python tools/model_converters/mlla2mmdinomamba.py mlla_t.pth '
+                "checkpoints/mlla-tiny_3rdparty_in1k.pth`, then "
+                "pretrained='checkpoints/mlla-tiny_3rdparty_in1k.pth'") in message
+        assert MODELS['mlla-tiny_32xb128-300e_in1k'].data['Converted From'][
+            'Weights'] in message
+    # a record without an official release names the user's own checkpoint only
+    with pytest.raises(ValueError, match=r"(?s)no weights to download.*"
+                       r"your own checkpoint.*tools/train\.py") as err:
+        mmpretrain.get_model('dino_dinovim-toy-p8_1xb8-10e_toy', pretrained=True)
+    assert 'official release' not in str(err.value)
+
+
+def test_a_local_checkpoint_still_loads_through_pretrained(tmp_path):
+    model = mmpretrain.get_model('dinovim-toy-p8_dino-pre_1xb16-linear-10e_toy')
+    ckpt = tmp_path / 'probe.pth'
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    torch.save(dict(state_dict=model.state_dict()), str(ckpt))
+    loaded = mmpretrain.get_model('dinovim-toy-p8_dino-pre_1xb16-linear-10e_toy',
+                                  pretrained=str(ckpt))
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[key], value, msg=key)
+
+
+@pytest.mark.parametrize('alias,record', [
+    ('mlla-tiny', 'mlla-tiny_32xb128-300e_in1k'), ('MLLA-T', 'mlla-tiny_32xb128-300e_in1k'),
+    ('dinovim-tiny', 'dinovim-tiny-p16_dino-pre_4xb128-linear-coslr-100e_in1k'),
+    ('dinovim-b-p16', 'dinovim-base-p16_dino-pre_4xb128-linear-coslr-100e_in1k'),
+    ('reg-b', 'dinomamba-reg-base-p16_dino-pre_4xb128-linear-coslr-100e_in1k')])
+def test_the_backbone_names_of_the_docs_resolve_in_get_model(alias, record):
+    """docs/get_started.md's names (and aliases, any case) stand for the image
+    classifier of that backbone; ``list_models`` still lists records only."""
+    from mmpretrain.apis import ModelHub
+    assert zoo.hub_name(alias) == record
+    assert ModelHub.get(alias).name == record
+    assert alias.lower() not in mmpretrain.list_models()
+    with pytest.raises(ValueError, match=f'{record} has no weights to download'):
+        mmpretrain.get_model(alias, pretrained=True)
+
+
+def test_a_backbone_name_builds_its_classifier():
+    model = build('mlla-t')
+    assert type(model).__name__ == 'ImageClassifier'
+    assert type(model.backbone).__name__ == 'MLLA'
+    assert sum(p.numel() for p in model.parameters()) == \
+        MODELS['mlla-tiny_32xb128-300e_in1k'].metadata.data['Parameters']
+    with pytest.raises(ValueError, match='Failed to find model'):
+        mmpretrain.get_model('dinovim-huge')
+    assert zoo.hub_name('dinovim-tiny-p8') is None  # no p8 record of DinoVim-T

@@ -22,13 +22,7 @@ model is randomly initialised.
 import argparse
 import os.path as osp
 
-import torch
 from mmengine.config import DictAction
-from mmengine.logging import print_log
-from mmengine.registry import DATASETS
-
-from mmdinomamba.analysis.activation_map_report import format_layer_auc, write_report
-from mmdinomamba.analysis.loading import load_backbone, load_config
 
 
 def parse_args(argv=None):
@@ -66,6 +60,13 @@ def main(argv=None):
                              f'{getattr(args, name)}')
     if args.checkpoint and not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
+    # imported after parsing, so that --help answers at once
+    import torch
+    from mmengine.logging import print_log
+    from mmengine.registry import DATASETS
+
+    from mmdinomamba.analysis.activation_map_report import format_layer_auc, write_report
+    from mmdinomamba.analysis.loading import load_backbone, load_config
     cfg = load_config(args.config, args.cfg_options)
     if cfg.model.get('type') != 'ActivationMapModel':
         raise ValueError(f"{args.config}: model.type must be 'ActivationMapModel' "

@@ -27,11 +27,6 @@ import sys
 
 from mmengine.config import DictAction
 
-from mmdinomamba.analysis.activation_maps import METHODS
-from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, load_split,
-                                             paired_gains)
-from mmdinomamba.analysis.comparison_report import display, write_comparison_report
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -72,10 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--device', default='cpu', help="'cpu' or 'cuda[:i]'")
-    parser.add_argument('--maps', nargs='+', choices=METHODS,
-                        default=['attention', 'cosine'],
-                        help='activation maps scored by Binary-AUC (the first is '
-                        'the headline and the figure of maps)')
+    parser.add_argument('--maps', nargs='+', default=['attention', 'cosine'],
+                        metavar='METHOD',
+                        help="activation maps scored by Binary-AUC, of 'attention' "
+                        "and 'cosine' (the first is the headline and the figure of "
+                        'maps)')
     parser.add_argument('--title', default='Token mixers side by side')
     parser.add_argument('--no-progress', action='store_true')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -85,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def specs_from_args(models, probes, cfg_options=None) -> list:
     """ModelSpecs from the ``--model`` and ``--probe`` triples."""
+    from mmdinomamba.analysis.comparison import ModelSpec
     specs = {}
     for name, config, checkpoint in models:
         if name in specs:
@@ -103,6 +100,14 @@ def specs_from_args(models, probes, cfg_options=None) -> list:
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    from mmdinomamba.analysis.activation_maps import METHODS
+    from mmdinomamba.analysis.comparison import compare_models, load_split, paired_gains
+    from mmdinomamba.analysis.comparison_report import display, write_comparison_report
+    unknown = [m for m in args.maps if m not in METHODS]
+    if unknown:
+        parser.error(f'argument --maps: invalid choice: {unknown[0]!r} (choose from '
+                     f"{', '.join(map(repr, METHODS))})")
     try:
         specs = specs_from_args(args.model, args.probe, args.cfg_options)
         names = [s.name for s in specs]

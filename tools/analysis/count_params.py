@@ -7,8 +7,6 @@ built on the meta device (no memory, no weights).
 """
 import argparse
 
-from mmdinomamba.analysis.params import count_backbone_params
-
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -18,6 +16,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     parse_args(argv)
+    from mmdinomamba.analysis.params import count_backbone_params
     print(f"{'backbone':<20}{'params (M)':>12}{'paper (M)':>11}{'diff':>8}")
     for name, params, paper in count_backbone_params():
         millions = params / 1e6

@@ -20,11 +20,6 @@ import os.path as osp
 import sys
 from functools import partial
 
-from mmdinomamba.analysis.expressivity import FAMILIES, check_device
-from mmdinomamba.analysis.expressivity_report import write_expressivity_report
-from mmdinomamba.analysis.expressivity_sweep import (DEFAULT_GRIDS, Budget, Grid,
-                                                     plan_sweep, run_sweep)
-
 
 def _ints(text: str) -> tuple:
     try:
@@ -36,8 +31,9 @@ def _ints(text: str) -> tuple:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out-dir', required=True, help='report folder')
-    parser.add_argument('--families', nargs='+', default=list(FAMILIES),
-                        help=f'mixer families (default: all of {list(FAMILIES)})')
+    parser.add_argument('--families', nargs='+',
+                        help='mixer families (default: all of '
+                        'mmdinomamba.analysis.expressivity.FAMILIES)')
     parser.add_argument('--grid', nargs=4, action='append',
                         metavar=('TARGETS', 'SEQLENS', 'WIDTHS', 'HEADS'),
                         help='targets x sequence lengths x widths x heads, each a '
@@ -47,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='MAX_SEQLEN STEPS RESTARTS [MAX_EVALUATIONS]: evaluations '
                         'of each start, random restarts and the most evaluations '
                         'of a fit up to MAX_SEQLEN tokens; repeatable (default: '
-                        f'{list(Budget().tiers)})')
+                        'the tiers of mmdinomamba.analysis.expressivity_sweep.Budget)')
     parser.add_argument('--inputs', default='random',
                         help='kinds of token input of the --grid grids, '
                         "comma-separated: 'random', 'positional' (default: random)")
@@ -80,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 def grids_from_args(specs, inputs: str = 'random') -> tuple:
     """Grids from the ``--grid`` quadruples and ``--inputs`` (``DEFAULT_GRIDS``
     without any)."""
+    from mmdinomamba.analysis.expressivity_sweep import DEFAULT_GRIDS, Grid
     if not specs:
         return DEFAULT_GRIDS
     grids = []
@@ -99,6 +96,11 @@ def shown_path(path: str) -> str:
 def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    from mmdinomamba.analysis.expressivity import FAMILIES, check_device
+    from mmdinomamba.analysis.expressivity_report import write_expressivity_report
+    from mmdinomamba.analysis.expressivity_sweep import Budget, plan_sweep, run_sweep
+    args.families = args.families or list(FAMILIES)
     try:
         check_device(args.device)
         grids = grids_from_args(args.grid, args.inputs)

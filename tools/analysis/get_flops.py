@@ -14,10 +14,6 @@ import argparse
 
 from mmengine.config import DictAction
 
-from mmdinomamba.analysis.flops import (build_model_from_config, describe,
-                                        model_complexity)
-from mmdinomamba.analysis.loading import load_config
-
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -34,6 +30,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    # imported after parsing, so that --help answers at once
+    from mmdinomamba.analysis.flops import (build_model_from_config, describe,
+                                            model_complexity)
+    from mmdinomamba.analysis.loading import load_config
     cfg = load_config(args.config, args.cfg_options)
     model = build_model_from_config(cfg)
     result = model_complexity(model, args.shape, args.in_channels)

@@ -14,14 +14,7 @@ backbone is randomly initialised.
 """
 import argparse
 
-import torch
 from mmengine.config import DictAction
-from mmengine.logging import print_log
-
-from mmdinomamba.analysis.images import ImagePipeline, folder_images, toy_images
-from mmdinomamba.analysis.loading import backbone_config, load_backbone, load_config
-from mmdinomamba.analysis.mixing_rank import analyse_backbone
-from mmdinomamba.analysis.rank_report import format_table, write_report
 
 
 def parse_args(argv=None):
@@ -68,6 +61,14 @@ def main(argv=None):
     args = parse_args(argv)
     if args.num_images < 1:
         raise ValueError(f'--num-images must be >= 1, got {args.num_images}')
+    # imported after parsing, so that --help answers at once
+    import torch
+    from mmengine.logging import print_log
+
+    from mmdinomamba.analysis.images import ImagePipeline, folder_images, toy_images
+    from mmdinomamba.analysis.loading import backbone_config, load_backbone, load_config
+    from mmdinomamba.analysis.mixing_rank import analyse_backbone
+    from mmdinomamba.analysis.rank_report import format_table, write_report
     cfg = load_config(args.config, args.cfg_options)
     backbone_cfg = backbone_config(cfg)
     torch.manual_seed(args.seed)

@@ -27,10 +27,9 @@ import re
 from collections import OrderedDict
 from typing import Dict, List
 
-import torch
-
 WRAPPER_PREFIXES = ('module.', 'backbone.')
-# the official layout (DESIGN.md): keys outside the blocks, and per block i
+# the official layout (github yangtiming/Dino-Mamba, models_vim.py): keys outside the
+# blocks, and per block i
 GLOBAL_KEYS = ('patch_embed.proj.weight', 'patch_embed.proj.bias', 'pos_embed',
                'cls_token', 'norm_f.weight')
 REGISTER_KEYS = ('pos_embed_cls', )
@@ -50,7 +49,7 @@ def _some(keys: List[str], limit: int = 8) -> str:
     return ', '.join(keys[:limit]) + more
 
 
-def validate(state: Dict[str, torch.Tensor]) -> dict:
+def validate(state: Dict[str, 'torch.Tensor']) -> dict:
     """Check that ``state`` has the official Dino-Mamba backbone layout.
 
     Args:
@@ -92,7 +91,7 @@ def validate(state: Dict[str, torch.Tensor]) -> dict:
     return _check_shapes(state, len(layers))
 
 
-def _check_shapes(state: Dict[str, torch.Tensor], depth: int) -> dict:
+def _check_shapes(state: Dict[str, 'torch.Tensor'], depth: int) -> dict:
     """Shapes of the official layout, consistent over blocks (see :func:`validate`)."""
     bad = []
 
@@ -152,6 +151,7 @@ def convert(checkpoint: Dict, branch: str = 'teacher') -> 'OrderedDict[str, torc
     Returns:
         OrderedDict: backbone parameters with DinoVim's names.
     """
+    import torch  # here, so that --help answers without loading it
     if branch not in ('teacher', 'student'):
         raise ValueError(f"branch must be 'teacher' or 'student', got {branch!r}")
     if not isinstance(checkpoint, dict):
@@ -207,10 +207,12 @@ def main(argv=None):
         checkpoint = load_official_checkpoint(args.src)
     except (UnsafeCheckpointError, ValueError) as err:
         parser.error(str(err))
+    from mmdinomamba.models.checkpoint import check_finite
     try:
         state = convert(checkpoint, 'student' if args.student else 'teacher')
+        check_finite(state, args.src)  # nothing written for a diverged file
     except (KeyError, ValueError) as err:
-        parser.error(f'{args.src}: {err}')
+        parser.error(f'{args.src}: {err}' if args.src not in str(err) else str(err))
     layout = validate(state)
     save_atomic(state, args.dst)
     print(f'{len(state)} tensors written to {args.dst} (DinoVim: embed_dims '

@@ -13,9 +13,6 @@ checkpoints use ``dinomamba2mmdinomamba.py`` instead.) The work is
 """
 import argparse
 
-from mmdinomamba.models.checkpoint import extract_dino_backbone
-from mmdinomamba.utils import UnsafeCheckpointError
-
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description='Extract the teacher (or student) '
@@ -25,6 +22,8 @@ def main(argv=None):
     parser.add_argument('--student', action='store_true',
                         help='extract the student instead of the teacher')
     args = parser.parse_args(argv)
+    from mmdinomamba.models.checkpoint import extract_dino_backbone
+    from mmdinomamba.utils import UnsafeCheckpointError
     branch = 'student' if args.student else 'teacher'
     try:
         count = extract_dino_backbone(args.checkpoint, args.out, branch)

@@ -16,12 +16,14 @@ backbone, which also takes the official file as it is.
 """
 import argparse
 
-from mmdinomamba.models.backbones.mlla_official import (convert, official_weights,
-                                                        read_arch)
-from mmdinomamba.utils import (UnsafeCheckpointError, load_official_checkpoint,
-                               save_atomic)
-
 __all__ = ['convert', 'main']
+
+
+def convert(state: dict) -> dict:
+    """:func:`mmdinomamba.models.backbones.mlla_official.convert` (imported on use,
+    so that ``--help`` answers without loading torch)."""
+    from mmdinomamba.models.backbones.mlla_official import convert as to_ours
+    return to_ours(state)
 
 
 def main(argv=None):
@@ -31,10 +33,15 @@ def main(argv=None):
     parser.add_argument('--ema', action='store_true',
                         help='convert state_dict_ema (the model EMA) instead of model')
     args = parser.parse_args(argv)
+    from mmdinomamba.models.backbones.mlla_official import official_weights, read_arch
+    from mmdinomamba.models.checkpoint import check_finite
+    from mmdinomamba.utils import (UnsafeCheckpointError, load_official_checkpoint,
+                                   save_atomic)
     try:
         weights, source = official_weights(load_official_checkpoint(args.src),
                                            args.ema)
         state = convert(weights)
+        check_finite(weights, f'{source!r} weights')  # nothing written if not
     except (FileNotFoundError, ValueError, UnsafeCheckpointError) as err:
         parser.error(f'{args.src}: {err}')
     arch = read_arch(weights)

@@ -2,7 +2,7 @@
 # Installs mmdinomamba and the OpenMMLab stack into a virtual environment.
 #
 # Idempotent: a second run with unchanged inputs only checks a stamp and returns in seconds.
-# Facts it handles (see DESIGN.md, "Environment facts"):
+# Facts it handles (measured on x86_64 Linux with Python 3.11):
 #   * torch 2.14.1 + torchvision 0.29.1 (mmpretrain imports torchvision at registration);
 #   * mmcv 2.1.0 (the newest that mmdet 3.3.0 / mmseg 1.2.2 accept) has no wheel for this torch,
 #     so it is built from source with ops, under C++20 (tools/setup/gxx_cpp20), with

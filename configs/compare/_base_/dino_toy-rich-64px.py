@@ -83,5 +83,4 @@ custom_hooks = [
 randomness = dict(seed=0)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=20),
-    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=1,
-                    save_last=True))
+    checkpoint=dict(interval=10, max_keep_ckpts=1, save_last=True))

@@ -23,9 +23,11 @@ batch_size = 128
 max_epochs = 30
 # what each probe adds to its DINO config's backbone (_base_/backbones_*.py):
 # frozen, the last blocks read out (`**probe_backbone`), weights from the run's
-# teacher (`init_cfg`, whose checkpoint the probe names)
+# teacher (`init_cfg`, whose checkpoint the probe names), every tensor of the
+# backbone with its shape (strict: also for mmpretrain's ViT, which mmengine
+# would load partially)
 probe_backbone = dict(out_indices=list(range(-num_blocks, 0)), frozen_stages=12)
-probe_init_cfg = dict(type='Pretrained', prefix='teacher.backbone.')
+probe_init_cfg = dict(type='Pretrained', prefix='teacher.backbone.', strict=True)
 model = dict(
     # the ImageNet probe's DinoVim-B gives way to the probe's own backbone
     backbone=dict(_delete_=True, init_cfg=probe_init_cfg),

@@ -35,3 +35,8 @@ train_pipeline = [
     dict(type='PackDetInputs'),
 ]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+
+# MLLA's stages replay from CUDA graphs (CUDAGraphBlocksHook, per input size: the multi-scale crops vary
+# the size batch to batch: each training capture holds a step's activations, so
+# two sizes are captured and the others run eagerly).
+custom_hooks = [dict(type='CUDAGraphBlocksHook', max_signatures=2)]

@@ -1,7 +1,7 @@
 """mmpretrain data transforms (need mmpretrain)."""
-from .color_jitter import HueSafeColorJitter, adjust_hue
+from .color_jitter import HueSafeColorJitter, adjust_hue, adjust_saturation
 from .dino_multicrop import DINOMultiCrop, dino_view_pipeline
 from .label_map import LoadRGBLabelMap
 
 __all__ = ['DINOMultiCrop', 'HueSafeColorJitter', 'LoadRGBLabelMap', 'adjust_hue',
-           'dino_view_pipeline']
+           'adjust_saturation', 'dino_view_pipeline']

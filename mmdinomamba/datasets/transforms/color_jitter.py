@@ -5,12 +5,34 @@ mmcv 2.1's ``adjust_hue`` computes ``np.uint8(hue_factor * 255)``, which numpy
 for uint8"), so ``ColorJitter(hue=0.1)`` fails on about half of the images. The
 subclass below draws the same random parameters and applies the same operations
 in the same random order; only the hue shift is computed here, with the
-wrap-around that numpy 1 gave.
+wrap-around that numpy 1 gave, and the saturation on the Pillow backend, which
+mmcv's ``adjust_color`` computes the same way but with a warning on every call
+("Only use 'alpha' for pillow backend": nothing a user can act on).
 """
 import mmcv
 import numpy as np
 from mmpretrain.datasets.transforms import ColorJitter
-from PIL import Image
+from PIL import Image, ImageEnhance
+
+
+def adjust_saturation(img: np.ndarray, alpha: float) -> np.ndarray:
+    """Blend a BGR uint8 image with its grey version by ``alpha`` (Pillow's
+    ``ImageEnhance.Color``: 0 grey, 1 unchanged), as ``mmcv.adjust_color(img,
+    alpha, backend='pillow')`` does.
+
+    Args:
+        img (ndarray): (height, width, 3) uint8, BGR.
+        alpha (float): the saturation factor, >= 0.
+
+    Returns:
+        ndarray: (height, width, 3) uint8, BGR.
+    """
+    if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f'adjust_saturation: expected a (height, width, 3) uint8 '
+                         f'image, got {img.dtype} {img.shape}')
+    rgb = Image.fromarray(np.ascontiguousarray(img[..., ::-1]), 'RGB')
+    enhanced = np.array(ImageEnhance.Color(rgb).enhance(alpha))
+    return np.ascontiguousarray(enhanced[..., ::-1])
 
 
 def adjust_hue(img: np.ndarray, hue_factor: float) -> np.ndarray:
@@ -57,7 +79,8 @@ class HueSafeColorJitter(ColorJitter):
             elif index == 1 and contrast is not None:
                 img = mmcv.adjust_contrast(img, contrast, backend=self.backend)
             elif index == 2 and saturation is not None:
-                img = mmcv.adjust_color(img, alpha=saturation, backend=self.backend)
+                img = (adjust_saturation(img, saturation) if self.backend == 'pillow'
+                       else mmcv.adjust_color(img, alpha=saturation, backend=self.backend))
             elif index == 3 and hue is not None:
                 img = adjust_hue(img, hue)
         results['img'] = img

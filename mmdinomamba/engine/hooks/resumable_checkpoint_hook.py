@@ -1,6 +1,7 @@
 """mmengine's CheckpointHook made safe to resume from: atomic writes, per-rank state."""
 import difflib
 import inspect
+import json
 import os
 import os.path as osp
 from typing import Any, Dict, List, Optional
@@ -11,8 +12,9 @@ from mmengine.dist import (all_gather_object, broadcast_object_list, get_rank,
                            get_world_size, is_main_process)
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
-from mmdinomamba.utils import write_atomic
+from mmdinomamba.utils import write_atomic, write_text_atomic
 from ..finite import non_finite
 from ..rng_state import gather_rng_states, get_rng_state, set_rng_state
 from .utils import unwrap_model
@@ -20,6 +22,8 @@ from .utils import unwrap_model
 RNG_KEY = 'rng_states'
 BUFFERS_KEY = 'rank_buffers'
 TMP_PREFIX = '.tmp-ckpt-'  # a checkpoint being written; a killed run can leave one
+# in the work dir: the checkpoint whose validation last completed, and its iteration
+VALIDATED_NAME = '.last_validation'
 # what CheckpointHook takes (its **kwargs go to Runner.save_checkpoint, which gets
 # all of its own arguments from the hook already: any other key is a typo)
 HOOK_ARGS = tuple(name for name in inspect.signature(CheckpointHook.__init__).parameters
@@ -69,7 +73,12 @@ class ResumableCheckpointHook(CheckpointHook):
        restored when training resumes, so drop-path masks and main-process
        augmentations continue as in an uninterrupted run. Validation runs with
        the training generators saved and restored around it, so evaluating (or
-       not) leaves the training stream unchanged.
+       not) leaves the training stream unchanged, and the checkpoint re-saved
+       when a validation finds a new best holds the training states of before
+       that validation. An iteration-based run restores them again after
+       mmengine's loop has skipped the iterations already trained (the skip
+       loads those batches, and with ``num_workers=0`` their augmentations
+       draw from the restored generators).
     3. **Rank-local buffers.** mmengine saves rank 0's model only. Buffers that
        differ between ranks (mmengine's DDP does not broadcast buffers, so e.g.
        BatchNorm statistics stay per rank) are saved per rank in
@@ -84,10 +93,20 @@ class ResumableCheckpointHook(CheckpointHook):
        atomically, and the previous best is deleted only after it. mmengine
        deletes first, so a kill during the write leaves a 0-byte best file or none.
        A resumed run whose recorded best checkpoint is missing or empty says so
-       and forgets that record, so the next validation writes a new best; a
-       resumed run without a best checkpoint that does not validate again (it
-       was killed writing the best of its last epoch) validates once at the end.
-       Either way the run ends with a complete best checkpoint.
+       and forgets that record, so the next validation writes a new best (a
+       run killed writing the best checkpoint validates again first: 6.); a
+       resumed run without a best checkpoint that does not validate again
+       validates once at the end. Either way the run ends with a complete best
+       checkpoint.
+
+    6. **An interrupted validation runs again.** The checkpoint of the epoch (or
+       iteration) a validation follows is written before that validation.
+       When the validation completes, ``WORK_DIR/.last_validation`` records the
+       checkpoint and iteration it followed. A run resumed from a checkpoint
+       that the loop validates after (``val_interval``, ``val_begin``, the last
+       epoch or iteration) and that this record does not name runs that
+       validation first, before it trains on, so that the best checkpoint sees
+       every validation of an uninterrupted run.
 
     Persistent data workers (``persistent_workers=True`` with ``num_workers > 0``)
     keep their generators in their own processes, where no checkpoint sees them:
@@ -111,6 +130,7 @@ class ResumableCheckpointHook(CheckpointHook):
         self._resumed_states: Optional[List[Dict[str, Any]]] = None
         self._val_state: Optional[Dict[str, Any]] = None
         self._best_lost = False
+        self._ckpt_iter: Optional[int] = None  # iterations done at the last save
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Keep a resumed checkpoint's RNG states; put this rank's buffers in place.
@@ -145,20 +165,93 @@ class ResumableCheckpointHook(CheckpointHook):
             self._forget_lost_best(runner)
         if not getattr(runner, '_resume', False) or not runner._has_loaded:
             return
+        self._ckpt_iter = runner.iter
+        state = self._resumed_state(runner)
+        self._resumed_states = None
+        if state is not None:
+            set_rng_state(state)
+            loop = runner.train_loop
+            if isinstance(loop, IterBasedTrainLoop) and loop.iter > 0:
+                # mmengine's loop skips the trained iterations by loading their
+                # batches (augmenting them, with num_workers=0, in this
+                # process): restore the states again after that
+                loop.dataloader_iterator = _RestoreAfterSkip(loop, loop.iter, state)
+        self._redo_interrupted_validation(runner)
+
+    def _resumed_state(self, runner) -> Optional[Dict[str, Any]]:
+        """This rank's RNG state from the resumed checkpoint, or None (logged)."""
         states = self._resumed_states
         if states is None:
             runner.logger.warning(
                 f'{type(self).__name__}: the resumed checkpoint holds no RNG states '
                 '(saved by another hook?): random augmentations and drop-path masks '
                 'will differ from an uninterrupted run')
-        elif len(states) != get_world_size():
+            return None
+        if len(states) != get_world_size():
             runner.logger.warning(
                 f'{type(self).__name__}: the checkpoint holds the RNG states of '
                 f'{len(states)} processes, this run has {get_world_size()}; they are '
                 'not restored and the run will differ from an uninterrupted one')
-        else:
-            set_rng_state(states[get_rank()])
-        self._resumed_states = None
+            return None
+        return states[get_rank()]
+
+    def _validates_here(self, runner) -> bool:
+        """Whether the train loop validates at its current position (as it
+        decides right after an epoch or an iteration)."""
+        loop, val_loop = runner.train_loop, runner.val_loop
+        if val_loop is None:
+            return False
+        if isinstance(loop, EpochBasedTrainLoop) and self.by_epoch:
+            position, last = loop.epoch, loop.max_epochs
+        elif isinstance(loop, IterBasedTrainLoop) and not self.by_epoch:
+            position, last = loop.iter, loop.max_iters
+        else:  # a checkpoint mid-epoch, or another loop: no validation follows it
+            return False
+        loop._decide_current_val_interval()  # the interval at this position
+        return (position > 0 and position >= loop.val_begin
+                and (position % loop.val_interval == 0 or position == last))
+
+    def _redo_interrupted_validation(self, runner) -> None:
+        """On resume: run the validation that followed the resumed checkpoint in
+        the interrupted run, unless ``.last_validation`` says it completed."""
+        done = None
+        if is_main_process():
+            done = self._read_validated(runner)
+        done = [done]
+        broadcast_object_list(done, src=0)  # every rank takes the same branch
+        if done[0] is None or done[0] or not self._validates_here(runner):
+            return
+        where = (f'epoch {runner.epoch}' if isinstance(runner.train_loop,
+                                                       EpochBasedTrainLoop)
+                 else f'iteration {runner.iter}')
+        runner.logger.warning(
+            f'{type(self).__name__}: the validation after {where} (checkpoint '
+            f'{self.last_ckpt}) did not complete in the interrupted run: running it '
+            'again before training goes on')
+        runner.val_loop.run()
+
+    def _read_validated(self, runner) -> Optional[bool]:
+        """Whether ``.last_validation`` records a completed validation after the
+        resumed checkpoint; None when there is no checkpoint path to compare."""
+        if self.last_ckpt is None:
+            return None
+        path = osp.join(runner.work_dir, VALIDATED_NAME)
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return (isinstance(record, dict) and record.get('checkpoint') == self.last_ckpt
+                and record.get('iter') == runner.iter)
+
+    def after_val_epoch(self, runner, metrics) -> None:
+        super().after_val_epoch(runner, metrics)  # the best checkpoint first
+        if (is_main_process() and self.last_ckpt is not None
+                and self._ckpt_iter == runner.iter):
+            # this validation followed the last checkpoint: it is done
+            write_text_atomic(osp.join(runner.work_dir, VALIDATED_NAME),
+                              json.dumps(dict(checkpoint=self.last_ckpt,
+                                              iter=runner.iter)))
 
     def _warn_persistent_workers(self, runner) -> None:
         loader = runner.train_dataloader
@@ -234,11 +327,13 @@ class ResumableCheckpointHook(CheckpointHook):
 
     def _save_checkpoint_with_step(self, runner, step, meta):
         self._check_finite(runner, osp.join(self.out_dir, self.filename_tmpl.format(step)))
+        self._ckpt_iter = meta.get('iter')  # what a validation now would follow
         if not isinstance(self.file_backend, LocalBackend):
             super()._save_checkpoint_with_step(runner, step, meta)
             return
-        # collective calls: every rank takes part
-        meta = dict(meta, **{RNG_KEY: gather_rng_states(),
+        # collective calls: every rank takes part. Saved during a validation (a
+        # new best), the training states of before it: what the run continues with
+        meta = dict(meta, **{RNG_KEY: gather_rng_states(self._val_state),
                              BUFFERS_KEY: gather_rank_local_buffers(runner.model)})
         stale = []
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids
@@ -314,3 +409,24 @@ class ResumableCheckpointHook(CheckpointHook):
         # the regular checkpoint again, so that it records the new best (as mmengine)
         if updated and self.last_ckpt is not None:
             self._save_checkpoint_with_step(runner, step, meta)
+
+
+class _RestoreAfterSkip:
+    """An iteration-based loop's data iterator that, once the loop has skipped
+    ``skip`` batches (those trained before the resume), restores ``state`` before
+    the next batch is loaded, and then hands the loop its iterator back."""
+
+    def __init__(self, loop: IterBasedTrainLoop, skip: int, state: Dict[str, Any]):
+        self.loop, self.iterator = loop, loop.dataloader_iterator
+        self.skip, self.state = skip, state
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.skip > 0:
+            self.skip -= 1
+            return next(self.iterator)
+        set_rng_state(self.state)
+        self.loop.dataloader_iterator = self.iterator
+        return next(self.iterator)

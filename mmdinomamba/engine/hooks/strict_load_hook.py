@@ -1,10 +1,12 @@
-"""Refuse a checkpoint that does not fill the model, or whose tensors are not finite."""
+"""Refuse a checkpoint that does not fit or fill the model, or whose tensors are not
+finite."""
 import re
 from typing import Dict, List
 
 import torch
 from mmengine.hooks import Hook
 
+from mmdinomamba.models.checkpoint import shape_mismatches
 from mmdinomamba.utils.safe_load import CONVERTER
 from ..finite import non_finite
 from .utils import unwrap_model
@@ -37,37 +39,51 @@ def _hint(source: str, keys: List[str]) -> str:
 
 
 class StrictLoadHook(Hook):
-    """Refuse a loaded checkpoint that leaves model tensors uninitialised or holds
-    NaN or infinite values.
+    """Refuse a loaded checkpoint that does not fit the model, leaves model
+    tensors uninitialised or holds NaN or infinite values.
 
-    mmengine loads ``load_from`` (and the checkpoint of ``tools/test.py``) with
-    ``strict=False``: tensors the checkpoint lacks keep their initial values and
-    the run goes on, so a random head evaluates as if trained. This hook checks
-    the checkpoint when it is loaded, before it reaches the model:
+    mmengine loads ``load_from``, ``--resume`` and the checkpoint of
+    ``tools/test.py`` with ``strict=False``: tensors the checkpoint lacks keep
+    their initial values, tensors of another shape are skipped with a log line,
+    and the run goes on, so a random head evaluates as if trained. This hook
+    checks the checkpoint when it is loaded, before it reaches the model (after
+    mmengine's key revision, which drops a leading ``module.``):
 
-    - every tensor of the model's ``state_dict`` must be in it (after mmengine's
-      key revision, which drops a leading ``module.``); otherwise ValueError naming
-      the missing tensors, and, for an official Dino-Mamba file or a DINO
-      pretraining checkpoint, what to do with it instead;
-    - every floating-point tensor in it must be finite; otherwise ValueError
-      naming them.
+    - every floating-point tensor in it must be finite;
+    - every tensor the checkpoint shares with the model must have the model's
+      shape (a ``pos_embed`` of another grid with the model's channels excepted:
+      the backbones' load hooks resize it), with ``strict=False`` too;
+    - every tensor of the model's ``state_dict`` must be in it.
+
+    Otherwise ValueError, and nothing is loaded: the message gives the counts
+    and names the tensors, shape mismatches first, then the missing ones, and,
+    for an official Dino-Mamba file or a DINO pretraining checkpoint, what to do
+    with it instead. With ``strict=False`` missing tensors are only logged,
+    unless ``evaluation`` is set and the checkpoint holds none of the
+    backbone's tensors (``backbone.*``; the whole model's when it has no
+    backbone): scores of a random backbone are refused.
 
     Checkpoint tensors the model does not have are left to mmengine (logged).
-    ``tools/train.py`` and ``tools/test.py`` register it; their ``--no-strict``
-    sets ``strict=False``.
+    ``tools/train.py``, ``tools/test.py`` and ``tools/analysis/robustness.py``
+    register it; their ``--no-strict`` sets ``strict=False``.
 
     Args:
         strict (bool): refuse (True) or only warn about (False) model tensors the
-            checkpoint lacks; non-finite tensors are refused either way. Defaults
-            to True.
+            checkpoint lacks; non-finite and misshapen tensors are refused
+            either way. Defaults to True.
+        evaluation (bool): the run scores the model (``tools/test.py``): a
+            checkpoint that fills none of the backbone is refused, with
+            ``strict=False`` too. Defaults to False.
     """
     priority = 'VERY_HIGH'
 
-    def __init__(self, strict: bool = True):
-        if not isinstance(strict, bool):
-            raise TypeError(f'StrictLoadHook: strict must be True or False, got '
-                            f'{strict!r}')
+    def __init__(self, strict: bool = True, evaluation: bool = False):
+        for name, value in (('strict', strict), ('evaluation', evaluation)):
+            if not isinstance(value, bool):
+                raise TypeError(f'StrictLoadHook: {name} must be True or False, got '
+                                f'{value!r}')
         self.strict = strict
+        self.evaluation = evaluation
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         source = getattr(runner, '_load_from', None) or 'the checkpoint'
@@ -81,14 +97,31 @@ class StrictLoadHook(Hook):
                              f'values: {_listed(bad)}. Refusing to load it (a '
                              'diverged run? take an earlier checkpoint)')
         own = unwrap_model(runner.model).state_dict()
+        mismatched = shape_mismatches(own, tensors)
         missing = [k for k in own if k not in tensors]
+        hint = _hint(source, list(tensors))
+        absent = (f'{len(missing)} of the model\'s {len(own)} tensors uninitialised '
+                  f'(not in the checkpoint): {_listed(missing)}')
+        if mismatched:
+            raise ValueError(
+                f'{source} does not fit the model: {len(mismatched)} of the model\'s '
+                f'{len(own)} tensors have another shape in it (checkpoint vs '
+                f'model): {_listed(mismatched)}' + (f'; and it would leave {absent}'
+                                                    if missing else '') +
+                f'.{hint} Nothing was loaded. A checkpoint of another architecture or '
+                'width does not fit, with --no-strict neither: take the '
+                "checkpoint made for this config.")
         if not missing:
             return
-        text = (f'{source} leaves {len(missing)} of the model\'s {len(own)} tensors '
-                f'uninitialised (not in the checkpoint): {_listed(missing)}.'
-                f'{_hint(source, list(tensors))}')
+        text = f'{source} leaves {absent}.{hint}'
         if self.strict:
             raise ValueError(text + ' To load it anyway (the missing tensors keep their '
                              'initial values), pass --no-strict.')
+        backbone = [k for k in own if k.startswith('backbone.')] or list(own)
+        if self.evaluation and all(k not in tensors for k in backbone):
+            raise ValueError(
+                f'{source} holds none of the {len(backbone)} tensors of the model\'s '
+                'backbone: refusing to score a randomly initialised backbone, '
+                f'--no-strict or not.{hint}')
         runner.logger.warning(text + ' Loaded anyway (--no-strict): the missing '
                               'tensors keep their initial values.')

@@ -51,10 +51,17 @@ def merge_param_groups(groups: List[Dict]) -> List[Dict]:
 
 class GroupedOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """:class:`~mmengine.optim.DefaultOptimWrapperConstructor` whose per-parameter
-    groups are merged by :func:`merge_param_groups`. Same arguments."""
+    groups are merged by :func:`merge_param_groups`. Same arguments.
+
+    A module none of whose parameters trains (DINO's teacher, updated as an EMA of
+    the student) is passed over as a whole: mmengine would leave out each of its
+    tensors just the same, with one warning per tensor (78 for the toy DinoVim's
+    teacher) that says nothing a user can act on."""
 
     def add_params(self, params: List[Dict], module, prefix: str = '',
                    is_dcn_module=None) -> None:
+        if not any(p.requires_grad for p in module.parameters()):
+            return  # frozen as a whole: nothing to optimise
         if prefix:  # mmengine's recursion into a child module
             return super().add_params(params, module, prefix, is_dcn_module)
         groups: List[Dict] = []

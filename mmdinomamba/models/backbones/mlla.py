@@ -390,6 +390,9 @@ class MLLA(BaseModule):
         # block k in forward order -> (stage, block in stage)
         self.block_index = [(i, j) for i in range(self.num_stages)
                             for j in range(depths[i])]
+        # how a stage's blocks run: None = run_stage; CUDAGraphBlocksHook sets a
+        # runner replaying them from CUDA graphs (engine.graphed_blocks.GraphedStages)
+        self.stage_runner = None
         self.apply(self._init_module)
         self._freeze_stages()
 
@@ -494,15 +497,28 @@ class MLLA(BaseModule):
         tokens, hw = self.patch_embed(x)
         k = 0
         for i, stage in enumerate(self.layers[:last_stage + 1]):
-            rope_table = stage.rope_table(hw, tokens)  # once per grid and stage
-            for block in stage.blocks:
-                tokens = block(tokens, hw, rope_table)
-                if block_hook is not None and block_hook(k, tokens, hw) is False:
-                    return
-                k += 1
+            if block_hook is None:
+                tokens = (self.stage_runner or self.run_stage)(i, tokens, tuple(hw))
+            else:
+                rope_table = stage.rope_table(hw, tokens)  # once per grid and stage
+                for block in stage.blocks:
+                    tokens = block(tokens, hw, rope_table)
+                    if block_hook(k, tokens, hw) is False:
+                        return
+                    k += 1
             yield i, tokens, hw
             if stage.downsample is not None and i < last_stage:
                 tokens, hw = stage.downsample(tokens, hw)
+
+    def run_stage(self, i: int, tokens: Tensor, hw: Grid) -> Tensor:
+        """Stage ``i``'s blocks (not its downsampling) on ``tokens`` (batch, h * w,
+        C_i) of the grid ``hw``, one RoPE table shared by the blocks: the eager way
+        (and what :attr:`stage_runner` captures)."""
+        stage = self.layers[i]
+        rope_table = stage.rope_table(hw, tokens)  # once per grid and stage
+        for block in stage.blocks:
+            tokens = block(tokens, hw, rope_table)
+        return tokens
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         """Args: x (Tensor): (batch, C_in, H, W), any H and W.

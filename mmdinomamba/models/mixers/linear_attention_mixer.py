@@ -24,19 +24,23 @@ set, so ``d = e``), ``N`` tokens on an ``(H, W)`` grid in raster order, input ``
     w_ij = Q_r,i . K_r,j                              per head
     n_ij = Q_i . K_j                                  per head, un-rotated
     forget gate: w_ij, n_ij <- L_ij w_ij, L_ij n_ij for j <= i, 0 for j > i, with
-        L_ij = prod_{t=j+1..i} a_t ,  a_t = exp(-exp(A_log) dt_t),
-        dt_t = max(softplus(u_t W_dt + dt_bias), 1e-4)   per head and token
+        L_ij = exp(cs_i - cs_j) ,  cs_i = sum_(t<=i) l_t ,
+        l_t = -exp(A_log) softplus(u_t W_dt + dt_bias) <= 0      (the log-decay)
+      per head and token ('head': Mamba-2's scalar decay), or per key channel
+      ('channel': gated linear attention; w_ij = sum_c Q_r,ic K_r,jc L_ij,c and
+      n_ij likewise)
     y_i = sum_j w_ij G_j / (sum_j n_ij + N eps)       (normalize)
     y_i = sum_j w_ij G_j / N                          (normalize=False)
     y  <- y + D (.) V                                 (shortcut)
     y  <- y + DW3_lepe(V)                             (lepe: depthwise 3x3 conv on V)
 
-Without the forget gate the sums run over all tokens and are computed in
-O(N d e) by associativity; the normaliser then is MLLA's
-``1 / (Q_i . mean_j K_j + eps)``. With the forget gate the attention is causal in
-raster order and recurrent (``S_i = a_i S_(i-1) + K_r,i^T G_i``): linear attention
-with a scalar forget gate is SSD with ``C = Q``, ``B = K``, computed by
-:func:`mmdinomamba.ops.ssd_scan` (one call for the numerator, one for the normaliser).
+The attention term is computed by :mod:`mmdinomamba.ops.mlla` (its steps and
+notation): without the forget gate the sums run over all tokens and are computed in
+O(N d e) by associativity (the normaliser then is MLLA's ``1 / (Q_i . mean_j K_j +
+eps)``); with it the attention is causal in raster order and recurrent
+(``S_i = diag(a_i) S_(i-1) + K_r,i^T G_i``), computed in chunks from the log-decay.
+``attn_backend='ref'`` takes the ops' slow twins (the mixing matrix, the
+token-by-token recurrence, RoPE per tensor).
 
 Mixing matrices (the protocol of :mod:`.protocol`, kind ``'mlla'``):
 
@@ -56,28 +60,42 @@ Mixing matrices (the protocol of :mod:`.protocol`, kind ``'mlla'``):
   a block farther away rank <= d.
 """
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 
-from mmdinomamba.ops import BACKENDS, check_finite, ssd_decay_mask, ssd_scan
-from .positional import (RopeTable, depthwise_conv_matrix, grid_conv, rope_2d,
-                         rope_2d_table)
+from mmdinomamba.ops import check_finite
+from mmdinomamba.ops.mlla import (ATTENTION_BACKENDS, HeadTable, gla_mixing_matrix,
+                                  linear_attention_parts, mlla_features_auto,
+                                  mlla_features_ref, mlla_mixing_matrix, mlla_output,
+                                  rope_head_table, values_per_head)
+from .positional import depthwise_conv_matrix, grid_conv, rope_2d, rope_2d_table
 from .protocol import MixerInfo
 from .ssd_mixer import _init_dt_bias
 
 Tensor = torch.Tensor
 
-DT_FLOOR = 1e-4  # smallest forget-gate step: the SSD input is divided by it
-SSD_CHUNK = 64  # tokens per chunk of the PyTorch scan (changes rounding only)
+FORGET_GATES = ('head', 'channel')
+DT_INIT_FLOOR = 1e-4  # the smallest initial forget-gate step (initialisation only)
 LEPE_KERNEL = 3
 
 
 def _compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _forget_gate(value: Union[bool, str, None]) -> Optional[str]:
+    """The forget gate's form: None (off), 'head' or 'channel' (True = 'head')."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return 'head'
+    if value not in FORGET_GATES:
+        raise ValueError(f'LinearAttentionMixer: unknown forget_gate {value!r}; choose '
+                         f'False, True (= \'head\') or one of {FORGET_GATES}')
+    return value
 
 
 class LinearAttentionMixer(nn.Module):
@@ -105,13 +123,16 @@ class LinearAttentionMixer(nn.Module):
         input_gate (bool): scale V per token and channel by
             ``Delta = softplus(u W_1 W_2 + b)`` (rank ``ceil(dim / 16)``, as
             Mamba's step; ``Delta = 1`` at initialisation). Defaults to False.
-        forget_gate (bool): a per-head scalar decay per token (causal, computed by
-            the SSD scan). Defaults to False.
+        forget_gate (bool | str): a decay per token, making the attention causal:
+            'head' (or True): one scalar per head, Mamba-2's form; 'channel': one
+            per key channel, gated linear attention's (``qk_dim`` decays, each with
+            its own ``A_log`` and ``dt_bias``). Defaults to False.
         shortcut (bool): add ``D (.) V`` with a learnable ``D`` per channel
             (initialised to 1). Defaults to False.
         eps (float): added to the mean normaliser. Defaults to 1e-6.
-        ssd_backend (str): backend of :func:`mmdinomamba.ops.ssd_scan` for the forget
-            gate. Defaults to 'auto'.
+        attn_backend (str): 'auto' (the fast path of :mod:`mmdinomamba.ops.mlla`)
+            or 'ref' (its slow twins: the mixing matrix or the recurrence, RoPE
+            per tensor). Defaults to 'auto'.
     """
 
     def __init__(self,
@@ -124,21 +145,22 @@ class LinearAttentionMixer(nn.Module):
                  lepe: bool = False,
                  normalize: bool = True,
                  input_gate: bool = False,
-                 forget_gate: bool = False,
+                 forget_gate: Union[bool, str] = False,
                  shortcut: bool = False,
                  eps: float = 1e-6,
-                 ssd_backend: str = 'auto'):
+                 attn_backend: str = 'auto'):
         super().__init__()
         qk_dim = dim if qk_dim is None else qk_dim
         if num_heads < 1 or dim % num_heads or qk_dim % num_heads:
             raise ValueError(f'LinearAttentionMixer: num_heads ({num_heads}) must '
                              f'divide dim ({dim}) and qk_dim ({qk_dim})')
-        if rope and qk_dim % 4:
+        if rope and (qk_dim % 4 or (qk_dim // num_heads) % 2):
             raise ValueError(f'LinearAttentionMixer: rope needs qk_dim ({qk_dim}) to '
-                             'be a multiple of 4 (channel pairs for rows and columns)')
-        if ssd_backend not in BACKENDS:
-            raise ValueError(f'LinearAttentionMixer: unknown ssd_backend '
-                             f'{ssd_backend!r}; choose one of {BACKENDS}')
+                             'be a multiple of 4 (channel pairs for rows and columns) '
+                             'and an even number of channels per head')
+        if attn_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f'LinearAttentionMixer: unknown attn_backend '
+                             f'{attn_backend!r}; choose one of {ATTENTION_BACKENDS}')
         self.dim = dim
         self.qk_dim = qk_dim
         self.num_heads = num_heads
@@ -147,7 +169,8 @@ class LinearAttentionMixer(nn.Module):
         self.rope = rope
         self.normalize = normalize
         self.eps = eps
-        self.ssd_backend = ssd_backend
+        self.attn_backend = attn_backend
+        self.forget_gate = _forget_gate(forget_gate)
         self.qk = nn.Linear(dim, 2 * qk_dim, bias=qkv_bias)
         self.v = nn.Linear(dim, dim, bias=qkv_bias) if value_proj else None
         self.lepe = nn.Conv2d(dim, dim, LEPE_KERNEL, padding=LEPE_KERNEL // 2,
@@ -158,10 +181,11 @@ class LinearAttentionMixer(nn.Module):
             self.delta_proj = nn.Sequential(nn.Linear(dim, rank, bias=False),
                                             nn.Linear(rank, dim))
         self.dt_proj = None
-        if forget_gate:
-            self.dt_proj = nn.Linear(dim, num_heads, bias=False)
-            self.dt_bias = nn.Parameter(_init_dt_bias(num_heads, 1e-3, 0.1, DT_FLOOR))
-            A = torch.empty(num_heads).uniform_(1, 16)
+        if self.forget_gate is not None:
+            decays = num_heads if self.forget_gate == 'head' else qk_dim
+            self.dt_proj = nn.Linear(dim, decays, bias=False)
+            self.dt_bias = nn.Parameter(_init_dt_bias(decays, 1e-3, 0.1, DT_INIT_FLOOR))
+            A = torch.empty(decays).uniform_(1, 16)
             self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(dim)) if shortcut else None
         self.init_gates()
@@ -184,86 +208,63 @@ class LinearAttentionMixer(nn.Module):
             raise ValueError(f'LinearAttentionMixer: {u.shape[1]} tokens do not fill '
                              f'the grid hw={tuple(hw)}')
 
-    def _heads(self, t: Tensor, dtype: torch.dtype) -> Tensor:
-        return rearrange(t.to(dtype), 'b n (h d) -> b h n d', h=self.num_heads)
-
-    def rope_table(self, hw: Tuple[int, int], like: Tensor) -> Optional[RopeTable]:
-        """The RoPE cos / sin table of this mixer's width on the grid ``hw``, for
-        inputs like ``like`` (its device; float64 for float64, else float32), or
-        None without RoPE. Mixers of one width on one grid (the blocks of an MLLA
-        stage) share one table: build it once per forward and pass it to each.
+    def rope_table(self, hw: Tuple[int, int], like: Tensor) -> Optional[HeadTable]:
+        """The RoPE table of this mixer's width and heads on the grid ``hw``
+        (:func:`mmdinomamba.ops.mlla.rope_head_table`), for inputs like ``like``
+        (its device; float64 for float64, else float32), or None without RoPE.
+        Mixers of one width on one grid (the blocks of an MLLA stage) share one
+        table: build it once per forward and pass it to each.
 
         Returns:
-            tuple: (cos, sin), each (H * W, qk_dim / 2); or None.
+            tuple: (cos2, sin2), each (num_heads, H * W, qk_dim / num_heads); or None.
         """
         if not self.rope:
             return None
-        return rope_2d_table(hw, self.qk_dim, device=like.device,
-                             dtype=_compute_dtype(like))
+        cos, sin = rope_2d_table(hw, self.qk_dim, device=like.device,
+                                 dtype=_compute_dtype(like))
+        return rope_head_table(cos, sin, self.num_heads)
 
-    def _rotate(self, qk: Tensor, hw,
-                table: Optional[RopeTable]) -> Tuple[Tensor, Tensor]:
-        """Q_r and K_r (batch, N, qk_dim) from ``[q | k]`` (batch, N, 2 qk_dim).
-
-        With the grid's table, Q and K turn in one rotation; without one, each
-        builds its own (the slow twin: the same numbers, two tables per call)."""
-        if table is None:
-            q, k = qk.chunk(2, dim=-1)
-            return rope_2d(q, hw), rope_2d(k, hw)
-        return rope_2d(qk.unflatten(-1, (2, self.qk_dim)), hw, table=table).unbind(2)
-
-    def _parts(self, u: Tensor, hw,
-               rope_table: Optional[RopeTable] = None) -> Dict[str, Tensor]:
-        """Q, K, Q_r, K_r (batch, num_heads, N, d) and G (batch, num_heads, N, e)
-        per head, in float32 (float64 for float64 input); V (batch, N, dim) and
-        Delta in the input's dtype; the forget gate's step ``dt`` (batch, N,
-        num_heads). ``rope_table``: see :meth:`rope_table`."""
-        self._check(u, hw)
+    def _log_decay(self, u: Tensor) -> Optional[Tensor]:
+        """The forget gate's log-decay ``l`` (batch, num_heads, N, 1 or d) in the
+        compute dtype, or None without the gate."""
+        if self.dt_proj is None:
+            return None
         dtype = _compute_dtype(u)
-        qk = F.elu(self.qk(u)) + 1.0
-        q, k = qk.chunk(2, dim=-1)
+        dt = F.softplus(self.dt_proj(u).to(dtype) + self.dt_bias.to(dtype))
+        log_decay = -torch.exp(self.A_log.to(dtype)) * dt  # (batch, N, decays)
+        return log_decay.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def _values(self, u: Tensor) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+        """V (batch, N, dim), Delta (or None) and G = Delta (.) V, in u's dtype."""
         v = self.v(u) if self.v is not None else u
-        q_r, k_r = self._rotate(qk, hw, rope_table) if self.rope else (q, k)
         delta = F.softplus(self.delta_proj(u)) if self.delta_proj is not None else None
-        g = v * delta if delta is not None else v
-        parts = dict(q=self._heads(q, dtype), k=self._heads(k, dtype),
-                     q_r=self._heads(q_r, dtype), k_r=self._heads(k_r, dtype),
-                     g=self._heads(g, dtype), v=v, delta=delta)
-        if self.dt_proj is not None:
-            dt = F.softplus(self.dt_proj(u).to(dtype) + self.dt_bias.to(dtype))
-            parts['dt'] = dt.clamp(min=DT_FLOOR)
-        return parts
+        return v, delta, (v * delta if delta is not None else v)
 
-    def _decay(self, dtype: torch.dtype) -> Tensor:
-        return -torch.exp(self.A_log.to(dtype))
+    def _parts(self, u: Tensor, hw) -> Dict[str, Tensor]:
+        """The slow twin's pieces: Q, K, Q_r, K_r (batch, num_heads, N, d) and G
+        (batch, num_heads, N, e) per head in float32 (float64 for float64 input),
+        RoPE applied to Q and K each with a table of its own; V (batch, N, dim) and
+        Delta in the input's dtype; the log-decay (or None)."""
+        self._check(u, hw)
+        rotate = (lambda t: rope_2d(t, hw)) if self.rope else None
+        (q, k), (q_r, k_r) = mlla_features_ref(self.qk(u), self.num_heads, rotate)
+        v, delta, g = self._values(u)
+        return dict(q=q, k=k, q_r=q_r, k_r=k_r, g=values_per_head(g, self.num_heads),
+                    v=v, delta=delta, log_decay=self._log_decay(u))
 
-    def _attend(self, p: Dict[str, Tensor]) -> Tensor:
-        """The attention term ``y`` (batch, N, dim) in the compute dtype."""
-        n = p['q'].shape[2]
-        if 'dt' in p:
-            ssd_args = dict(dt=p['dt'], A=self._decay(p['dt'].dtype),
-                            chunk_size=SSD_CHUNK, backend=self.ssd_backend)
-            seq = 'b h n d -> b n h d'
-            num = ssd_scan(rearrange(p['g'], seq) / p['dt'][..., None],
-                           B=rearrange(p['k_r'], seq), C=rearrange(p['q_r'], seq),
-                           **ssd_args)
-            y = rearrange(num, 'b n h d -> b h n d')
-            if self.normalize:
-                den = ssd_scan((1.0 / p['dt'])[..., None], B=rearrange(p['k'], seq),
-                               C=rearrange(p['q'], seq), **ssd_args)
-                y = y / (rearrange(den, 'b n h 1 -> b h n 1') + n * self.eps)
-            else:
-                y = y / n
-        else:
-            kv = torch.einsum('bhnd,bhne->bhde', p['k_r'], p['g']) / n
-            y = torch.einsum('bhnd,bhde->bhne', p['q_r'], kv)
-            if self.normalize:
-                den = torch.einsum('bhnd,bhd->bhn', p['q'], p['k'].mean(dim=2))
-                y = y / (den[..., None] + self.eps)
-        return rearrange(y, 'b h n d -> b n (h d)')
+    def _extra(self, v: Tensor, hw) -> Optional[Tensor]:
+        """What the output adds to the attention term: LePE's convolution of V
+        and the shortcut ``D (.) V``, (batch, N, dim) tokens-major, or None."""
+        extra = grid_conv(self.lepe, v, hw) if self.lepe is not None else None
+        if self.D is not None:
+            with torch.autocast(v.device.type, enabled=False):
+                dtype = _compute_dtype(v)
+                shortcut = v.to(dtype) * self.D.to(dtype)
+            extra = shortcut if extra is None else extra + shortcut
+        return extra
 
     def forward(self, u: Tensor, hw: Tuple[int, int],
-                rope_table: Optional[RopeTable] = None) -> Tensor:
+                rope_table: Optional[HeadTable] = None) -> Tensor:
         """Mix tokens.
 
         Args:
@@ -276,15 +277,27 @@ class LinearAttentionMixer(nn.Module):
             Tensor: (batch, H * W, dim) in u's dtype.
         """
         check_finite(u, 'LinearAttentionMixer: the input')
-        p = self._parts(u, hw, rope_table)
+        if self.attn_backend == 'ref':
+            p = self._parts(u, hw)
+            q, k, q_r, k_r, g, v = (p[key] for key in ('q', 'k', 'q_r', 'k_r', 'g', 'v'))
+            log_decay = p['log_decay']
+        else:
+            self._check(u, hw)
+            if self.rope and rope_table is None:
+                rope_table = self.rope_table(hw, u)
+            qk = self.qk(u)
+            v, _, g = self._values(u)
+            log_decay = self._log_decay(u)
         # sums over all tokens: in float32 even under autocast
         with torch.autocast(u.device.type, enabled=False):
-            y = self._attend(p)
-            if self.D is not None:
-                y = y + p['v'].to(y.dtype) * self.D.to(y.dtype)
-        if self.lepe is not None:
-            y = y + grid_conv(self.lepe, p['v'], hw).to(y.dtype)
-        return y.to(u.dtype)
+            if self.attn_backend != 'ref':
+                (q, k), (q_r, k_r) = mlla_features_auto(qk, self.num_heads, rope_table)
+                g = values_per_head(g, self.num_heads)
+            num, den, const = linear_attention_parts(q, k, q_r, k_r, g, log_decay,
+                                                     self.eps, self.normalize,
+                                                     self.attn_backend)
+        # y = P + N / (r + c), tokens-major, in u's dtype: one pass
+        return mlla_output(num, den, self._extra(v, hw), const, u.dtype)
 
     # ------------------------------------------ mixing-matrix protocol (analysis)
     def mixing_info(self) -> MixerInfo:
@@ -294,19 +307,14 @@ class LinearAttentionMixer(nn.Module):
         per_channel = any(m is not None for m in (self.lepe, self.D, self.delta_proj))
         return MixerInfo('mlla', self.num_heads, self.qk_head_dim,
                          ('attention', 'whole') if per_channel else ('attention', ),
-                         grid=True, causal=self.dt_proj is not None,
+                         grid=True, causal=self.forget_gate is not None,
                          local_kernel=LEPE_KERNEL if self.lepe is not None else 0)
 
     def _attention_matrix(self, p: Dict[str, Tensor]) -> Tensor:
-        n = p['q'].shape[2]
-        w = torch.einsum('bhid,bhjd->bhij', p['q_r'], p['k_r'])
-        norm = torch.einsum('bhid,bhjd->bhij', p['q'], p['k'])
-        if 'dt' in p:
-            L = ssd_decay_mask(p['dt'], self._decay(p['dt'].dtype))
-            w, norm = w * L, norm * L
-        if not self.normalize:
-            return w / n
-        return w / (norm.sum(dim=-1, keepdim=True) + n * self.eps)
+        args = (p['q'], p['k'], p['q_r'], p['k_r'])
+        if p['log_decay'] is not None:
+            return gla_mixing_matrix(*args, p['log_decay'], self.eps, self.normalize)
+        return mlla_mixing_matrix(*args, self.eps, self.normalize)
 
     def mixing_matrices(self, u: Tensor, hw: Tuple[int, int]) -> Dict[str, Tensor]:
         """``'attention'`` (batch, num_heads, N, N) and, with a per-channel term,
@@ -341,7 +349,8 @@ class LinearAttentionMixer(nn.Module):
         on = [name for name, flag in (
             ('value_proj', self.v is not None), ('rope', self.rope),
             ('lepe', self.lepe is not None), ('input_gate', self.delta_proj is not None),
-            ('forget_gate', self.dt_proj is not None), ('shortcut', self.D is not None))
+            (f'forget_gate={self.forget_gate}', self.forget_gate is not None),
+            ('shortcut', self.D is not None))
             if flag]
         qk = f', qk_dim={self.qk_dim}' if self.qk_dim != self.dim else ''
         return (f'dim={self.dim}, num_heads={self.num_heads}{qk}, normalize='

@@ -1,4 +1,5 @@
-"""Triton kernels for the SSD scan and the layers around it (CUDA only).
+"""Triton kernels for the SSD scan and the layers around it, and for MLLA's
+attention (CUDA only).
 
 Importing this package imports Triton; use
 :func:`mmdinomamba.ops.backend.triton_available` to ask first. Of the rest of
@@ -15,11 +16,14 @@ the ground truth in the tests. Split by stage, as the algorithm runs:
 ``norm.py``        gated RMSNorm + direction average; residual add + RMSNorm
 ``mixer.py``       the mixer after ``in_proj``: :func:`mixer_core_triton`
 ``blocks.py``      a stack of blocks as one autograd node: :func:`blocks_triton`
+``mlla.py``        MLLA's feature map + RoPE, and its output with LePE
 =================  ==============================================================
 """
 from .blocks import blocks_triton
 from .mixer import mixer_core_triton
+from .mlla import mlla_features_triton, mlla_output_triton
 from .norm import add_rms_norm_triton
 from .ssd_scan import ssd_triton
 
-__all__ = ['add_rms_norm_triton', 'blocks_triton', 'mixer_core_triton', 'ssd_triton']
+__all__ = ['add_rms_norm_triton', 'blocks_triton', 'mixer_core_triton',
+           'mlla_features_triton', 'mlla_output_triton', 'ssd_triton']
