@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="'simple' (default), or 'rich': shape and texture "
                         'classes in random colours on cluttered backgrounds (what '
                         'the toy DINO configs read)')
+    parser.add_argument('--placement', default='centred',
+                        help="rich style: 'uniform' draws each shape's centre "
+                        "anywhere in the image (no centre bias); 'centred' "
+                        '(default) keeps shapes inside it')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace a toy dataset made with other arguments')
     return parser
@@ -42,7 +46,8 @@ def main(argv=None) -> None:
                          train_per_class=args.train_per_class,
                          val_per_class=args.val_per_class, size=args.size,
                          seed=args.seed, formats=args.formats or list(FORMATS),
-                         overwrite=args.overwrite, style=args.style)
+                         overwrite=args.overwrite, style=args.style,
+                         placement=args.placement)
     except (ValueError, FileExistsError) as err:
         parser.error(str(err))
 

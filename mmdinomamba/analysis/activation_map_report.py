@@ -214,7 +214,8 @@ def plot_map_grid(images: np.ndarray, labels: Sequence[Tensor], maps: Activation
 
 
 def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
-    """Binary-AUC against block index (1-based), with chance at 0.5.
+    """Binary-AUC against block index (0-based, as every tool numbers blocks),
+    with chance at 0.5.
 
     Args:
         rows (list[dict]): from :func:`layer_auc`.
@@ -223,7 +224,7 @@ def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
     """
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
-    x = [r['layer'] + 1 for r in rows]
+    x = [r['layer'] for r in rows]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     low = [min(r['heads']) for r in rows]
     high = [max(r['heads']) for r in rows]
@@ -248,9 +249,10 @@ def plot_layer_auc(rows: List[dict], path: str, title: str = '') -> None:
 
 
 def format_layer_auc(rows: List[dict]) -> str:
-    """The per-layer table of :func:`layer_auc` rows (blocks 1-based)."""
+    """The per-layer table of :func:`layer_auc` rows (blocks 0-based, as every
+    tool numbers them)."""
     lines = ['block  binary_auc  mean_map_auc  skipped']
-    lines += [f"{row['layer'] + 1:5d}  {row['binary_auc']:10.4f}  "
+    lines += [f"{row['layer']:5d}  {row['binary_auc']:10.4f}  "
               f"{row['mean_map_auc']:12.4f}  {row['num_skipped']:7d}" for row in rows]
     return '\n'.join(lines)
 

@@ -25,6 +25,7 @@ grey label-map PNGs at the same relative paths under a mask prefix (the toy
 generator's ``masks/<split>/`` and ImageNet-S's layout). Each image and its label
 map are resized (short side, bicubic / nearest) and centre-cropped to one size.
 """
+import os
 import os.path as osp
 import sys
 import time
@@ -45,10 +46,11 @@ from .mixing import mixer_info
 
 Tensor = torch.Tensor
 
-__all__ = ['ImageSplit', 'Measurement', 'ModelSpec', 'compare_models',
-           'load_model', 'load_split', 'map_aucs', 'measure_backbone', 'knn_hits',
+__all__ = ['ImageSplit', 'Measurement', 'ModelSpec', 'centred_gaussian_map',
+           'compare_models', 'fixed_map_aucs', 'grey_image_maps', 'load_model',
+           'load_split', 'map_aucs', 'measure_backbone', 'knn_hits', 'order_word',
            'paired_gain', 'paired_gains', 'preprocess_image', 'preprocess_label_map',
-           'probe_hits', 'rank_by_layer']
+           'probe_hits', 'rank_by_layer', 'repo_relative']
 
 
 @dataclass
@@ -268,17 +270,8 @@ def measure_backbone(backbone: nn.Module,
         x = split.images[start:start + batch_size].to(device)
         # one forward pass: the tokens, and the mixer inputs the attention maps need
         out = _intermediates(api, x, indices, mixer_inputs=attention)
-        grids = {'cosine': {}}
-        for i, t in out.features.items():
-            layout = out.layout_of(i)
-            readout = t[:, layout.readout].mean(dim=1).float()
-            readouts[i].append(readout.cpu())
-            if with_maps and 'cosine' in map_methods:
-                grids['cosine'][i] = cosine_similarity_maps(
-                    readout, t[:, layout.patches].float(), layout.hw,
-                    _num_heads(api, i, t.shape[-1]))
-        if attention:
-            grids['attention'] = intermediate_attention_rows(api, out, indices)
+        grids = _map_grids(api, out, indices, map_methods if with_maps else (),
+                           readouts)
         for method in (map_methods if with_maps else ()):
             for i, grid in grids[method].items():
                 maps = upsample_maps(grid.float(), x.shape[-2:])
@@ -298,6 +291,63 @@ def measure_backbone(backbone: nn.Module,
     return Measurement({i: torch.cat(v) for i, v in readouts.items()},
                        {m: {i: np.concatenate(v) for i, v in a.items()}
                         for m, a in aucs.items()} if with_maps else None)
+
+
+def _map_grids(api, out, indices: Sequence[int], methods: Sequence[str],
+               readouts: Optional[Dict[int, List[Tensor]]] = None
+               ) -> Dict[str, Dict[int, Tensor]]:
+    """Each method's per-head maps on the patch grid, per block, from one
+    ``forward_intermediates`` output: method -> block -> (batch, heads, h, w);
+    the readout of each block is appended to ``readouts`` when given."""
+    grids = {'cosine': {}}
+    for i, t in out.features.items():
+        layout = out.layout_of(i)
+        readout = t[:, layout.readout].mean(dim=1).float()
+        if readouts is not None:
+            readouts[i].append(readout.cpu())
+        if 'cosine' in methods:
+            grids['cosine'][i] = cosine_similarity_maps(
+                readout, t[:, layout.patches].float(), layout.hw,
+                _num_heads(api, i, t.shape[-1]))
+    if 'attention' in methods:
+        grids['attention'] = intermediate_attention_rows(api, out, indices)
+    return grids
+
+
+def centred_gaussian_map(size: int, sigma: float = 0.25) -> Tensor:
+    """The centre prior: a fixed Gaussian bump at the image centre, standard
+    deviation ``sigma`` times the side, (size, size) float32."""
+    c = (torch.arange(size, dtype=torch.float32) + 0.5) / size - 0.5
+    return torch.exp(-(c[:, None] ** 2 + c[None, :] ** 2) / (2 * sigma ** 2))
+
+
+def fixed_map_aucs(maps: Tensor, label_maps: Tensor, chunk: int = 64) -> np.ndarray:
+    """Binary-AUC of the same maps (num_maps, h, w) against every image's label
+    map (num_images, h, w): (num_images, num_maps) float64, nan where an image
+    has no foreground or no background."""
+    out = []
+    for start in range(0, len(label_maps), chunk):
+        part = label_maps[start:start + chunk]
+        out.append(map_aucs(maps[None].expand(len(part), -1, -1, -1).contiguous(),
+                            part))
+    return np.concatenate(out)
+
+
+def grey_image_maps(backbone: nn.Module, size: int, layer: int,
+                    methods: Sequence[str], device: str = 'cpu') -> Dict[str, Tensor]:
+    """The maps of a flat grey image (RGB 128, normalised as every image) through
+    the network: method -> (heads + 1, size, size), each head's map then the
+    head-mean map, at block ``layer``. What a map shows without any content."""
+    api = as_backbone(backbone)
+    grey = preprocess_image(np.full((size, size, 3), 128, np.uint8), size)[None]
+    out = _intermediates(api, grey.to(device), [layer],
+                         mixer_inputs='attention' in methods)
+    grids = _map_grids(api, out, [layer], methods)
+    result = {}
+    for method in methods:
+        maps = upsample_maps(grids[method][layer].float(), (size, size))[0]
+        result[method] = torch.cat([maps, maps.mean(dim=0, keepdim=True)]).cpu()
+    return result
 
 
 def _check_methods(methods: Sequence[str]) -> None:
@@ -511,7 +561,9 @@ def compare_models(specs: Sequence[ModelSpec],
                    device: str = 'cpu',
                    progress: bool = True,
                    map_methods: Sequence[str] = ('cosine', ),
-                   layers: Optional[Sequence[int]] = None) -> dict:
+                   layers: Optional[Sequence[int]] = None,
+                   references: bool = True,
+                   prior_sigma: float = 0.25) -> dict:
     """Measure every model on the same images; the content of the report.
 
     Args:
@@ -534,6 +586,17 @@ def compare_models(specs: Sequence[ModelSpec],
         layers (Sequence[int], optional): the blocks measured for k-NN and
             Binary-AUC, negative from the end (e.g. ``[-1]``: the last one
             only); None = every block. Ranks cover every block regardless.
+        references (bool): score the reference maps beside each model's
+            (below). Defaults to True.
+        prior_sigma (float): the centre prior's standard deviation, a fraction
+            of the image side. Defaults to 0.25.
+
+    The reference maps, scored against the same masks as the models' maps:
+    the centre prior (:func:`centred_gaussian_map`, the same map for every
+    image: what a map scores from the data's centre bias alone), and for each
+    model the maps of a flat grey image through the same network
+    (:func:`grey_image_maps`: what it shows with no content). Each model's
+    last-block AUC gets its paired gain over both.
 
     Returns:
         dict: ``meta`` and ``models``: one dict per model with ``knn`` (last
@@ -546,8 +609,14 @@ def compare_models(specs: Sequence[ModelSpec],
         (the last block's values behind ``knn`` and each method's ``auc``, one per
         validation image in order: ``knn`` (num_val,) 0/1 hits and ``auc`` method
         -> (num_val,), nan where an image has no foreground or no background; for
-        paired comparisons, :func:`paired_gain`). ``map_images`` and
-        ``per_image`` stay out of ``report.json``.
+        paired comparisons, :func:`paired_gain`; ``auc_grey``: the grey
+        image's maps' AUC on each image). With ``references``: each model's
+        ``reference`` (method -> ``grey`` (the grey image's maps' AUC, mean
+        over heads), ``gain_over_grey``, ``gain_over_prior``: paired
+        BootstrapCI dicts), and ``reference`` at the top (``centred_gaussian``:
+        ``sigma``, ``auc``, ``per_image``). ``map_images`` stays out of
+        ``report.json``; the per-image values go in, so every paired
+        statistic can be recomputed from it.
     """
     from mmdinomamba.evaluation import bootstrap_ci
     names = [s.name for s in specs]
@@ -561,6 +630,13 @@ def compare_models(specs: Sequence[ModelSpec],
     def ci(values):
         return bootstrap_ci(values, num_resamples=num_resamples, seed=seed).as_dict()
 
+    size = val.images.shape[-1]
+    reference = None
+    if references:
+        prior = fixed_map_aucs(centred_gaussian_map(size, prior_sigma)[None],
+                               val.label_maps)[:, 0]
+        reference = dict(centred_gaussian=dict(sigma=prior_sigma, auc=ci(prior),
+                                               per_image=prior))
     models = []
     for spec in specs:
         print(f'[{spec.name}] {spec.config} '
@@ -601,22 +677,56 @@ def compare_models(specs: Sequence[ModelSpec],
                 for name in ('rank', 'effective_rank', 'offdiag_rank_max'):
                     row[f'{name}_ci'] = ci(row[name])
         last_maps = measure_maps(backbone, val.images[:4].to(device), map_methods[0])
+        last = measured[-1]
+        per_image = dict(knn=hits[last],
+                         auc={m: a[last] for m, a in head_mean_auc.items()})
+        model_reference = None
+        if references:
+            grey = grey_image_maps(backbone, size, last, map_methods, device)
+            per_image['auc_grey'], model_reference = {}, {}
+            for method in map_methods:
+                grey_auc = np.nanmean(fixed_map_aucs(grey[method], val.label_maps)
+                                      [:, :-1], axis=1)
+                own = head_mean_auc[method][last]
+                per_image['auc_grey'][method] = grey_auc
+                model_reference[method] = dict(
+                    grey=ci(grey_auc), gain_over_grey=ci(own - grey_auc),
+                    gain_over_prior=ci(own - reference['centred_gaussian']
+                                       ['per_image']))
         models.append(dict(
-            name=spec.name, config=spec.config, checkpoint=spec.checkpoint,
-            probe_config=spec.probe_config, probe_checkpoint=spec.probe_checkpoint,
+            name=spec.name, config=repo_relative(spec.config),
+            checkpoint=repo_relative(spec.checkpoint),
+            probe_config=repo_relative(spec.probe_config),
+            probe_checkpoint=repo_relative(spec.probe_checkpoint),
             type=type(backbone).__name__, depth=as_backbone(backbone).num_layers,
             kind=mixer_info(as_backbone(backbone).token_mixer(0)).kind,
             knn=knn_by_layer[measured[-1]], knn_by_layer=knn_by_layer, probe=probe,
             auc_by_method=auc_by_method, auc_by_layer=auc_by_method[map_methods[0]],
-            ranks=ranks, map_images=last_maps,
-            per_image=dict(knn=hits[measured[-1]],
-                           auc={m: a[measured[-1]] for m, a in head_mean_auc.items()})))
+            ranks=ranks, map_images=last_maps, per_image=per_image,
+            reference=model_reference))
         backbone.cpu()
     meta = dict(num_train=len(train), num_val=len(val), image_size=list(
         val.images.shape[-2:]), k=k, temperature=temperature, rank_images=rank_images,
         chunk=chunk, num_resamples=num_resamples, seed=seed, level=0.95,
-        device=device, map_paths=val.paths[:4], map_methods=list(map_methods))
-    return dict(meta=meta, models=models)
+        device=device, map_paths=val.paths[:4], map_methods=list(map_methods),
+        val_paths=list(val.paths))
+    out = dict(meta=meta, models=models)
+    if reference is not None:
+        out['reference'] = reference
+    return out
+
+
+def repo_relative(path: Optional[str]) -> Optional[str]:
+    """``path`` as a report shows it: relative to the current folder when it
+    lies inside it, else its last two components (a report holds no absolute
+    path of the machine that made it)."""
+    if path is None:
+        return None
+    rel = osp.relpath(osp.abspath(path))
+    if not rel.startswith('..'):
+        return rel
+    parts = osp.normpath(osp.abspath(path)).split(os.sep)
+    return '/'.join(parts[-2:])
 
 
 def paired_gain(base: dict, other: dict, measure: str = 'knn',
@@ -671,7 +781,8 @@ def paired_gains(results: dict, pairs: Sequence[Sequence[str]],
 
     Returns:
         list[dict]: per pair ``model``, ``base``, ``knn`` (a BootstrapCI dict of
-        the k-NN gain) and ``auc`` (map method -> the Binary-AUC gain), last block.
+        the k-NN gain) and ``auc`` (map method -> the Binary-AUC gain), last
+        block, and ``order``: measure -> :func:`order_word` of its gain.
     """
     models = {m['name']: m for m in results['models']}
     out = []
@@ -681,12 +792,22 @@ def paired_gains(results: dict, pairs: Sequence[Sequence[str]],
                 raise ValueError(f'pair ({name}, {base}): no model {n!r}; models: '
                                  f'{sorted(models)}')
         a, b = models[base], models[name]
-        out.append(dict(
-            model=name, base=base,
-            knn=paired_gain(a, b, 'knn', num_resamples, seed).as_dict(),
-            auc={m: paired_gain(a, b, m, num_resamples, seed).as_dict()
-                 for m in results['meta']['map_methods']}))
+        knn = paired_gain(a, b, 'knn', num_resamples, seed).as_dict()
+        auc = {m: paired_gain(a, b, m, num_resamples, seed).as_dict()
+               for m in results['meta']['map_methods']}
+        order = dict(knn=order_word(knn), **{m: order_word(g) for m, g in auc.items()})
+        out.append(dict(model=name, base=base, knn=knn, auc=auc, order=order))
     return out
+
+
+def order_word(gain: dict) -> str:
+    """'better' or 'worse' where a gain's interval lies above or below 0,
+    'tie' where it includes 0: an order only where the interval decides it."""
+    if gain['low'] > 0:
+        return 'better'
+    if gain['high'] < 0:
+        return 'worse'
+    return 'tie'
 
 
 def measure_maps(backbone: nn.Module, images: Tensor,

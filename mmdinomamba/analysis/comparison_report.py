@@ -2,10 +2,17 @@
 
 Files under ``out_dir`` (each written atomically: a complete file or none):
 
-- ``report.json``: everything measured (no image arrays);
+- ``report.json``: everything measured (no image arrays), with the per-image
+  values behind every paired statistic (``models[i].per_image``,
+  ``reference.centred_gaussian.per_image``; null where an image has no
+  foreground or background);
 - ``report.md``: one table of the models side by side (k-NN, probe, and for each
   kind of activation map the Binary-AUC of the last block and the best block),
-  per-layer Binary-AUC and rank tables, and links to the figures;
+  the reference maps (the centre prior, each network's map of a flat grey
+  image) and each model's paired gain over them, the paired gains of the
+  pairs and between the models (with "better", "worse" or "tie" as the
+  interval says), per-layer Binary-AUC and rank tables, and links to the
+  figures;
 - ``auc_vs_depth.png``: Binary-AUC (mean over heads) against block index, every
   model on one axis (one panel per kind of map), with its 95 % bootstrap band
   over images;
@@ -49,6 +56,24 @@ def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3, sign: str = '') 
             f'{c["high"] * scale:{sign}.{digits}f}]')
 
 
+def _gain(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
+    """A paired gain with its sign and the order its interval decides."""
+    from .comparison import order_word
+    if c is None:
+        return '—'
+    return f'{_ci(c, scale, digits, "+")} {order_word(c)}'
+
+
+def _probe(m: dict) -> str:
+    """The probe's top-1 over the held-out images, or the one its own run
+    printed (no interval) when the report does not score it."""
+    if m.get('probe') is not None:
+        return _ci(m['probe'], 100, 1)
+    if m.get('probe_logged') is not None:
+        return f'{100 * m["probe_logged"]:.1f} (its run\'s validation)'
+    return '—'
+
+
 def format_markdown(results: dict, title: str = 'Token mixers side by side') -> str:
     """The Markdown report (see the module docstring)."""
     meta = results['meta']
@@ -77,7 +102,36 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
                       f'{_ci(best["auc"])} (block {best["layer"]}) | ')
         lines.append(
             f'| {m["name"]} | {m["kind"]} | {m["checkpoint"] or "random init"} | '
-            f'{_ci(m["knn"], 100, 1)} | {_ci(m["probe"], 100, 1)} | {cells}')
+            f'{_ci(m["knn"], 100, 1)} | {_probe(m)} | {cells}')
+    reference = results.get('reference')
+    if reference:
+        prior = reference['centred_gaussian']
+        lines += ['', '## Reference maps (last block)', '',
+                  'What a map scores without the network\'s reading of the image: '
+                  f'the centre prior (a fixed centred Gaussian, sigma '
+                  f'{prior["sigma"]:g} of the side, the same map for every image: '
+                  f'Binary-AUC {_ci(prior["auc"])}) and the map of a flat grey '
+                  'image through the same network (the same map for every image). '
+                  'Each model\'s gain over them is paired: the per-image difference '
+                  'on the same images, with its bootstrap interval; the order word '
+                  'follows the interval ("tie" where it includes 0).', '',
+                  '| model | ' + ''.join(
+                      f'grey-image map AUC ({k}) | gain over it | gain over the '
+                      f'centre prior | ' for k in methods),
+                  '|---|' + '---|---|---|' * len(methods)]
+        lines.append('| *centre prior* | ' + ''.join(
+            f'{_ci(prior["auc"])} (same for all) | — | — | ' for _ in methods))
+        for m in results['models']:
+            ref = m.get('reference') or {}
+            cells = ''
+            for k in methods:
+                r = ref.get(k)
+                if r is None:
+                    cells += '— | — | — | '
+                    continue
+                cells += (f'{_ci(r["grey"])} | {_gain(r["gain_over_grey"])} | '
+                          f'{_gain(r["gain_over_prior"])} | ')
+            lines.append(f'| {m["name"]} | {cells}')
     if results.get('pairs'):
         lines += ['', '## Paired gains (last block)', '',
                   'Each model against its base on the same images: the mean '
@@ -86,11 +140,31 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
                   '| model | over | k-NN gain (points) | ' +
                   ''.join(f'Binary-AUC gain ({k} map) | ' for k in methods),
                   '|---|---|---|' + '---|' * len(methods)]
+        by_name = {m['name']: m for m in results['models']}
+        extra = bool(reference)
+        if extra:
+            lines[-2] += ''.join(f'{k} map: model\'s gain over the centre prior | '
+                                 for k in methods)
+            lines[-1] += '---|' * len(methods)
         for pair in results['pairs']:
+            ref = by_name[pair['model']].get('reference') or {}
             lines.append(f'| {pair["model"]} | {pair["base"]} | '
-                         f'{_ci(pair["knn"], 100, 1, "+")} | ' +
-                         ''.join(f'{_ci(pair["auc"][k], sign="+")} | '
-                                 for k in methods))
+                         f'{_gain(pair["knn"], 100, 1)} | ' +
+                         ''.join(f'{_gain(pair["auc"][k])} | ' for k in methods) +
+                         (''.join(f'{_gain(ref[k]["gain_over_prior"])} | '
+                                  if k in ref else '— | ' for k in methods)
+                          if extra else ''))
+    if results.get('between'):
+        lines += ['', '## Between the models (last block, paired)', '',
+                  'Each row: the first model\'s gain over the second on the same '
+                  'images; "better" or "worse" only where the interval excludes 0.',
+                  '', '| model | against | k-NN gain (points) | ' +
+                  ''.join(f'Binary-AUC gain ({k} map) | ' for k in methods),
+                  '|---|---|---|' + '---|' * len(methods)]
+        for pair in results['between']:
+            lines.append(f'| {pair["model"]} | {pair["base"]} | '
+                         f'{_gain(pair["knn"], 100, 1)} | ' +
+                         ''.join(f'{_gain(pair["auc"][k])} | ' for k in methods))
     lines += ['', '![Binary-AUC against depth](auc_vs_depth.png)', '']
     for k in methods:
         lines += [f'## Binary-AUC by block, {k} map (mean over heads; head-mean '
@@ -128,12 +202,29 @@ def format_markdown(results: dict, title: str = 'Token mixers side by side') -> 
     return '\n'.join(lines)
 
 
+def _plain(value):
+    """numpy arrays and numbers as JSON values: lists, floats, nan as null."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (float, np.floating)):
+        return None if not np.isfinite(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
 def _json_ready(results: dict) -> dict:
-    out = dict(meta=results['meta'], models=[], pairs=results.get('pairs', []))
+    out = dict(meta=results['meta'], models=[], pairs=results.get('pairs', []),
+               between=results.get('between', []))
+    if results.get('reference'):
+        out['reference'] = results['reference']
     for m in results['models']:
-        out['models'].append({k: v for k, v in m.items()
-                              if k not in ('map_images', 'per_image')})
-    return out
+        out['models'].append({k: v for k, v in m.items() if k != 'map_images'})
+    return _plain(out)
 
 
 def _band(ax, xs, cis, label, colour):
@@ -234,7 +325,8 @@ def write_comparison_report(results: dict, out_dir: str, images: np.ndarray,
              ('report.json', 'report.md') + FIGURES}
 
     write_text_atomic(paths['report.json'],
-                      json.dumps(_json_ready(results), indent=1))
+                      json.dumps(_json_ready(results), indent=1,
+                                 allow_nan=False))
     write_text_atomic(paths['report.md'], format_markdown(results, title))
     plot_auc_vs_depth(results, paths['auc_vs_depth.png'])
     if any(m['ranks'] for m in results['models']):

@@ -4,7 +4,8 @@ The paper bounds the rank of each mixer's matrix (softmax > SSD > linear
 attention). The probe measures it end to end: for a mixer family, a width and a
 target matrix T (seqlen x seqlen, :mod:`.expressivity_targets`) it fits the
 mixer's parameters so that the mixer's own M matches T, and reports the relative
-error ``||M - T||_F / ||T||_F`` with its spread over restarts.
+error ``||M - T||_F / ||T||_F`` as an interval: a certified lower bound
+(:func:`family_floors`) and the best fit found.
 
 The model fitted (:class:`ProbeModel`), for a family of :data:`FAMILIES`, width
 w (D_QK or the state size N) and H heads::
@@ -18,7 +19,9 @@ w (D_QK or the state size N) and H heads::
   (:class:`~mmdinomamba.models.mixers.TokenMixer`) called with gradients on, so
   the fit runs through the code the rank tool measures.
 - The token features X are fixed (:func:`token_features`: i.i.d. N(0, 1),
-  ``feature_dim`` wide, the same for every family, restart and width); the
+  ``feature_dim`` wide, the same for every family, restart and width; with
+  ``inputs='positional'`` the first columns are the tokens' grid coordinates,
+  :func:`position_features`); the
   learned embedding P plays the previous layer's projection into the mixer's
   width. As in a network whose tokens are ``feature_dim`` wide, the mixer's
   queries and keys (B and C) lie in a ``feature_dim``-dimensional space.
@@ -31,7 +34,11 @@ w (D_QK or the state size N) and H heads::
   weight per channel in the same way. A mixer on a token grid gets the grid
   :func:`~.expressivity_targets.grid_shape` (L), tokens in raster order.
 - Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
-  within ``steps`` evaluations (a forward and backward pass each). Adam (lr
+  from several starts (the family's constructive start, :data:`STARTS`; a warm
+  start; random draws), each within ``steps`` evaluations (a forward and
+  backward pass each); the best start then goes on in rounds of doubling
+  budget until a round gains less than ``tol`` (the convergence rule). Within
+  each: Adam (lr
   0.03 falling along a cosine, keeping the best parameters it saw) spends a
   quarter of the budget moving off the initialisation; then L-BFGS (strong Wolfe line
   search, history 50) converges, in coordinates scaled by Adam's second moments
@@ -39,13 +46,14 @@ w (D_QK or the state size N) and H heads::
   the projections and the SSD's decay parameters live on different scales).
   When L-BFGS stops early, Adam takes over again; the fit ends once such a
   round gains less than 1 %. The best parameters seen are kept, and their error
-  is recomputed in float64. Restart r draws its initialisation with seed
+  is recomputed in float64. Random start r draws its initialisation with seed
   ``seed + r``. A family with a ``linear_part`` (MLLA with LePE) has its
   heads' scales and its kernel solved by least squares at every evaluation
   (variable projection, :meth:`ProbeModel.project`) and written back at the
   end (:meth:`ProbeModel.set_linear_part`): the error is the mixer's own M's.
 - A fit is an upper bound on the best error the family can reach; the floors
-  of :mod:`.expressivity_targets` are lower bounds.
+  of :func:`family_floors` are lower bounds; a fit above 1 (the zero matrix's
+  error) is "no fit" (:attr:`FitResult.reported`).
 
 Families (:data:`FAMILIES`; a new mixer is one row):
 
@@ -75,20 +83,22 @@ import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from mmdinomamba.models.mixers.positional import depthwise_conv_matrix
 from .adapters import as_mixer
-from .expressivity_targets import check_target, grid_shape, offdiag_block, rank_floors
+from .expressivity_targets import (causal_floor, check_target, grid_shape, offdiag_block,
+                                   rank_floors, row_sum_floor, semiseparable_floor)
 
 Tensor = torch.Tensor
 
-__all__ = ['FAMILIES', 'Family', 'FitResult', 'ProbeModel', 'check_device', 'check_family',
-           'check_fit_args', 'fit_matrix', 'has_offdiag_block', 'probe_memory_bytes',
-           'sample_matrix', 'token_features']
+__all__ = ['CONTAINS', 'FAMILIES', 'Family', 'FitResult', 'INPUTS', 'ProbeModel',
+           'check_device', 'check_family', 'check_fit_args', 'contained_cells',
+           'family_floors', 'fit_matrix', 'has_offdiag_block', 'position_features',
+           'probe_memory_bytes', 'sample_matrix', 'token_features']
 
 
 # --------------------------------------------------------------------------- #
@@ -234,12 +244,52 @@ def _check_size(name: str, value) -> None:
 # --------------------------------------------------------------------------- #
 # The model fitted
 # --------------------------------------------------------------------------- #
-def token_features(seqlen: int, feature_dim: int, seed: int = 0) -> Tensor:
-    """The fixed token features X: (seqlen, feature_dim) float32, i.i.d. N(0, 1)
-    from ``torch.Generator().manual_seed(seed)``."""
+INPUTS = ('random', 'positional')
+# octaves of the sines and cosines of each grid coordinate in positional inputs
+POSITION_OCTAVES = 4
+
+
+def position_features(seqlen: int) -> Tensor:
+    """The positional content of a token on the grid :func:`grid_shape` (L), in
+    raster order: its coordinates (row, column) scaled to [-1, 1] and
+    ``sin(2^o pi c / 2), cos(2^o pi c / 2)`` of each coordinate c for octaves
+    o < :data:`POSITION_OCTAVES`, each column scaled to unit mean square:
+    (seqlen, 2 + 4 POSITION_OCTAVES) float32."""
+    h, w = grid_shape(seqlen)
+    idx = torch.arange(seqlen, dtype=torch.float64)
+    coords = []
+    for c, n in ((torch.div(idx, w, rounding_mode='floor'), h), (idx % w, w)):
+        coords.append(2 * c / max(n - 1, 1) - 1)
+    cols = list(coords)
+    for o in range(POSITION_OCTAVES):
+        for c in coords:
+            cols += [torch.sin(2 ** o * math.pi * c / 2), torch.cos(2 ** o * math.pi * c / 2)]
+    F = torch.stack(cols, 1)
+    rms = F.pow(2).mean(0).sqrt().clamp(min=1e-12)
+    return (F / rms).float()
+
+
+def token_features(seqlen: int, feature_dim: int, seed: int = 0,
+                   inputs: str = 'random') -> Tensor:
+    """The fixed token features X: (seqlen, feature_dim) float32.
+
+    'random': i.i.d. N(0, 1) from ``torch.Generator().manual_seed(seed)``;
+    'positional': the same with its first ``2 + 4 POSITION_OCTAVES`` columns
+    replaced by :func:`position_features` (the tokens' grid coordinates), so
+    that the queries and keys can depend on position at every L (random
+    features carry none beyond L = feature_dim)."""
     _check_size('seqlen', seqlen)
     _check_size('feature_dim', feature_dim)
-    return torch.randn(seqlen, feature_dim, generator=torch.Generator().manual_seed(seed))
+    if inputs not in INPUTS:
+        raise ValueError(f'unknown inputs {inputs!r}; choose one of {list(INPUTS)}')
+    X = torch.randn(seqlen, feature_dim, generator=torch.Generator().manual_seed(seed))
+    if inputs == 'positional':
+        P = position_features(seqlen)
+        if P.shape[1] > feature_dim:
+            raise ValueError(f'positional inputs need feature_dim >= {P.shape[1]}, '
+                             f'got {feature_dim}')
+        X[:, :P.shape[1]] = P
+    return X
 
 
 class ProbeModel(nn.Module):
@@ -378,32 +428,260 @@ def probe_memory_bytes(family: str, seqlen: int, width: int, heads: int) -> int:
 # --------------------------------------------------------------------------- #
 # Fitting
 # --------------------------------------------------------------------------- #
+# --------------------------------------------------------------------------- #
+# Lower bounds and containment
+# --------------------------------------------------------------------------- #
+def family_floors(family: str, T: Tensor, width: int, heads: int) -> Dict[str, float]:
+    """Certified lower bounds on the relative error of any M of the family
+    (:mod:`.expressivity_targets`): name -> floor. The family's best error lies
+    in ``[max(floors), best fit]``.
+
+    - 'rank': Eckart-Young at the family's rank bound (linear attention, MLLA);
+    - 'row_sum': rows with one common sum (softmax and linear attention: each
+      head's rows sum to 1; non-negative with one head);
+    - 'causal+semiseparable': the causal SSD, zero above the diagonal and split
+      blocks of rank <= H N below it (disjoint entries: the squares add);
+    - 'semiseparable': the bidirectional SSD, split blocks of rank <= H N on
+      both sides; MLLA with LePE, rank <= H w + W + 1 (W the grid's width: its
+      stencil adds a (W + 1)-square corner to each split block);
+    - 'trivial': 0, for a family with no other bound.
+    """
+    fam = check_family(family)
+    T = T.double()
+    L = T.shape[0]
+    out = {}
+    if fam.rank is not None:
+        r = fam.rank(width, heads)
+        out['rank'] = rank_floors(T, [r])[r]
+    if family in ('softmax', 'linear'):
+        out['row_sum'] = row_sum_floor(T, nonnegative=heads == 1)
+    if family == 'ssd_causal':
+        out['causal+semiseparable'] = math.hypot(
+            causal_floor(T), semiseparable_floor(T, width * heads))
+    if family == 'ssd_bidirectional':
+        out['semiseparable'] = semiseparable_floor(T, width * heads, two_sided=True)
+    if family == 'mlla_lepe':
+        out['semiseparable'] = semiseparable_floor(
+            T, width * heads + grid_shape(L)[1] + 1, two_sided=True)
+    if not out:
+        out['trivial'] = 0.0
+    return out
+
+
+# family -> the families that it contains at equal or smaller width and heads:
+# every matrix of (contained, w', H') with w' <= w, H' <= H is one of (family,
+# w, H) (extra channels and heads at zero weight; the bidirectional SSD with its
+# backward direction off; MLLA with LePE with its kernels at zero). MLLA's RoPE
+# frequencies depend on the width, so its widths are not nested.
+CONTAINS: Dict[str, Tuple[Tuple[str, bool], ...]] = {
+    'softmax': (('softmax', True), ),
+    'linear': (('linear', True), ),
+    'ssd_causal': (('ssd_causal', True), ),
+    'ssd_bidirectional': (('ssd_bidirectional', True), ('ssd_causal', True)),
+    'mlla': (),
+    'mlla_lepe': (('mlla', False), ),
+}
+
+
+def contained_cells(family: str, width: int, heads: int,
+                    cells: Sequence[Tuple[str, int, int]]) -> List[Tuple[str, int, int]]:
+    """The (family, width, heads) of ``cells`` that (family, width, heads)
+    contains (:data:`CONTAINS`), itself excluded."""
+    out = []
+    for other, w, h in cells:
+        if (other, w, h) == (family, width, heads) or h > heads:
+            continue
+        for name, nested_widths in CONTAINS[family]:
+            if other == name and (w <= width if nested_widths else w == width):
+                out.append((other, w, h))
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Constructive starts
+# --------------------------------------------------------------------------- #
+def _embed_inputs(model: 'ProbeModel', u: Tensor) -> None:
+    """Set the embedding P so that ``X P`` is closest to ``u`` (least squares;
+    exact while the features have full row rank)."""
+    X = model.features.double()
+    P = torch.linalg.lstsq(X, u.double()).solution  # (feature_dim, d)
+    model.embed.weight.copy_(P.T.to(model.embed.weight.dtype))
+
+
+def _best_scale(M: Tensor, T: Tensor) -> float:
+    den = float((M * M).sum())
+    return float((M * T).sum()) / den if den > 0 else 0.0
+
+
+def _softmax_candidates(T: Tensor, d: int):
+    """(u, G) with ``u G u^T`` near ``log T`` up to a row constant, one pair per
+    clip level and form (symmetric: the top-d eigenpairs of the symmetric part;
+    asymmetric: ``[A, B]`` from a rank-d/2 SVD, G the shift)."""
+    top = float(T.max())
+    for eps in (1e-1, 1e-2, 1e-3, 1e-4):
+        S = torch.log(T.clamp(min=eps * top))
+        S = S - S.mean(1, keepdim=True)
+        lam, V = torch.linalg.eigh((S + S.T) / 2)
+        order = lam.abs().argsort(descending=True)[:d]
+        yield V[:, order] * lam[order].abs().sqrt(), torch.diag(lam[order].sign())
+        half = d // 2
+        if half:
+            U, sv, Vh = torch.linalg.svd(S)
+            A = U[:, :half] * sv[:half].sqrt()
+            B = Vh[:half].T * sv[:half].sqrt()
+            G = torch.zeros(2 * half, 2 * half, dtype=S.dtype)
+            G[:half, half:] = torch.eye(half, dtype=S.dtype)
+            u = torch.cat([A, B], 1)
+            if 2 * half < d:
+                u = torch.cat([u, torch.zeros(len(u), d - 2 * half, dtype=u.dtype)], 1)
+                G = torch.block_diag(G, torch.zeros(1, 1, dtype=G.dtype))
+            yield u, G
+
+
+@torch.no_grad()
+def _softmax_start(model: 'ProbeModel', T: Tensor) -> None:
+    """Softmax logits from the log of the target: ``softmax(u G u^T)`` with
+    ``u G u^T`` the best of :func:`_softmax_candidates`, then ``q = u``,
+    ``k = u G^T / s`` (s the logit scale) through the embedding and the qkv
+    projection, and the head weight the least-squares scale."""
+    from .adapters import MMPretrainAttention
+    mixer = model.mixer
+    d = mixer.head_dims
+    scale = MMPretrainAttention(mixer).logit_scale()
+    best = None
+    for u, G in _softmax_candidates(T, d):
+        M = torch.softmax(u @ G @ u.T, dim=1)
+        a = _best_scale(M, T)
+        err = float((a * M - T).norm())
+        if best is None or err < best[0]:
+            best = (err, u, G, a)
+    _, u, G, a = best
+    _embed_inputs(model, u)
+    W = mixer.qkv.weight
+    W.zero_()
+    W[:d] = torch.eye(d, dtype=W.dtype)
+    W[d:2 * d] = (G / scale).to(W.dtype)
+    if mixer.qkv.bias is not None:
+        mixer.qkv.bias.zero_()
+    model.head_weights.fill_(a)
+
+
+def _nmf(T: Tensor, rank: int, iters: int = 300, symmetric: bool = False):
+    """Non-negative factors of ``T >= 0`` by multiplicative updates from a fixed
+    draw: (W, H), ``T ~ W H^T``, each (L, rank); symmetric: H = W."""
+    g = torch.Generator().manual_seed(0)
+    L = T.shape[0]
+    mean = float(T.mean()) if float(T.mean()) > 0 else 1.0
+    W = torch.rand(L, rank, generator=g, dtype=T.dtype) * (mean / rank) ** 0.5 + 1e-3
+    H = W.clone() if symmetric else         torch.rand(L, rank, generator=g, dtype=T.dtype) * (mean / rank) ** 0.5 + 1e-3
+    tiny = 1e-12
+    for _ in range(iters):
+        if symmetric:
+            W = W * (0.5 + 0.5 * (T @ W) / (W @ (W.T @ W) + tiny))
+            H = W
+        else:
+            W = W * (T @ H) / (W @ (H.T @ H) + tiny)
+            H = H * (T.T @ W) / (H @ (W.T @ W) + tiny)
+    return W, H
+
+
+@torch.no_grad()
+def _linear_start(model: 'ProbeModel', T: Tensor) -> None:
+    """Linear attention from a non-negative factorisation of the target: with
+    ``T+ ~ W H^T`` (W, H >= 0), ``phi(q) ~ W`` and ``phi(k) ~ H`` by ``q = log W``,
+    ``k = log H`` (phi is the softmax over channels); a symmetric factorisation
+    (rank d, q = k) or a general one (rank d / 2, the other channels held at
+    -30 by the bias), whichever gives the closer M."""
+    from mmdinomamba.ops.linear_attention import linear_attention_matrix
+    mixer = model.mixer
+    d = mixer.dim // mixer.num_heads
+    Tp = T.clamp(min=0)
+    candidates = []
+    W, _ = _nmf(Tp, d, symmetric=True)
+    lw = torch.log(W.clamp(min=1e-6 * float(W.max())))
+    candidates.append((lw, lw, lw, None))
+    half = d // 2
+    if half:
+        W, H = _nmf(Tp, half)
+        lw = torch.log(W.clamp(min=1e-6 * float(W.max())))
+        lh = torch.log(H.clamp(min=1e-6 * float(H.max())))
+        pad = torch.full((len(T), d - half), -30.0, dtype=T.dtype)
+        u = torch.cat([lw, lh, torch.zeros(len(T), d - 2 * half, dtype=T.dtype)], 1)
+        candidates.append((torch.cat([lw, pad], 1), torch.cat([lh, pad], 1), u, half))
+    best = None
+    for q, k, u, h in candidates:
+        M = linear_attention_matrix(q[None, None], k[None, None])[0, 0]
+        a = _best_scale(M, T)
+        err = float((a * M - T).norm())
+        if best is None or err < best[0]:
+            best = (err, u, h, a)
+    _, u, half, a = best
+    _embed_inputs(model, u)
+    Wt = mixer.qkv.weight
+    Wt.zero_()
+    bias = mixer.qkv.bias
+    if bias is not None:
+        bias.zero_()
+    if half is None:  # q = k = u
+        Wt[:d] = torch.eye(d, dtype=Wt.dtype)
+        Wt[d:2 * d] = torch.eye(d, dtype=Wt.dtype)
+    else:  # q = [u_(:h), -30], k = [u_(h:2h), -30]
+        Wt[:half, :half] = torch.eye(half, dtype=Wt.dtype)
+        Wt[d:d + half, half:2 * half] = torch.eye(half, dtype=Wt.dtype)
+        bias[half:d] = -30.0
+        bias[d + half:2 * d] = -30.0
+    model.head_weights.fill_(a)
+
+
+# family -> constructive start ``(model, T) -> None`` (one head)
+STARTS: Dict[str, Callable] = {'softmax': _softmax_start, 'linear': _linear_start}
+
+
 @dataclass
 class FitResult:
     """What :func:`fit_matrix` found.
 
     Attributes:
         family (str), width (int), heads (int), seqlen (int): the cell.
-        errors (list[float]): relative error of each restart, float64.
-        initial_errors (list[float]): the same at each restart's initialisation.
-        block_errors (list[float]): each restart's relative error on the block
-            strictly below the diagonal (None unless :func:`has_offdiag_block`).
-        floor (float, optional): the rank floor of T for the family's rank bound
-            (None for a family without one).
-        block_floor (float, optional): the same for the off-diagonal block.
+        starts (list[str]): each start's name ('constructive', 'warm',
+            'seed <s>').
+        errors (list[float]): relative error of each start after the base
+            budget, float64.
+        initial_errors (list[float]): the same at each start's initialisation.
+        best (float): the best error found (after the convergence rounds);
+            inf if no start gave a finite matrix.
+        best_start (str): the start that gave it.
+        best_block (float, optional): its relative error on the block strictly
+            below the diagonal (None unless :func:`has_offdiag_block`).
+        rounds (list[float]): the best error after each convergence round
+            (the budget doubling each round).
+        evaluations (int): forward and backward passes spent, all starts and
+            rounds.
+        converged (bool): whether the last round gained less than ``tol``
+            (False: it stopped at ``max_steps``).
+        floors (dict): :func:`family_floors` of the target.
+        floor (float, optional): the rank floor (None for a family without
+            one); block_floor: the same for the off-diagonal block.
         rank (int, optional), block_rank (int, optional): the bounds used.
-        seconds (float): wall time of all restarts.
-        matrix (Tensor, optional): the best restart's M (float64), if asked for.
-        state (dict): the best restart's parameters (the model's state without
-            the features), for a warm start.
+        seconds (float): wall time.
+        matrix (Tensor, optional): the best M (float64), if asked for.
+        state (dict): the best parameters (the model's state without the
+            features), for a warm start.
     """
     family: str
     width: int
     heads: int
     seqlen: int
+    starts: List[str] = field(default_factory=list)
     errors: List[float] = field(default_factory=list)
     initial_errors: List[float] = field(default_factory=list)
-    block_errors: List[Optional[float]] = field(default_factory=list)
+    best: float = math.inf
+    best_start: Optional[str] = None
+    best_block: Optional[float] = None
+    rounds: List[float] = field(default_factory=list)
+    evaluations: int = 0
+    converged: bool = False
+    floors: Dict[str, float] = field(default_factory=dict)
     floor: Optional[float] = None
     block_floor: Optional[float] = None
     rank: Optional[int] = None
@@ -413,14 +691,16 @@ class FitResult:
     state: Optional[Dict[str, Tensor]] = None
 
     @property
-    def best(self) -> float:
-        """The lowest error over restarts."""
-        return min(self.errors)
+    def lower_bound(self) -> float:
+        """The largest certified floor."""
+        return max(self.floors.values()) if self.floors else 0.0
 
     @property
-    def best_block(self) -> Optional[float]:
-        """The block error of the best restart."""
-        return self.block_errors[self.errors.index(self.best)]
+    def reported(self) -> Optional[float]:
+        """The best error, or None ("no fit") if it is above 1: the zero matrix
+        (every family's, at zero head weight) has error 1, so a fit above it is
+        the optimiser's failure, not a value of the family."""
+        return self.best if self.best <= 1.0 else None
 
 
 BLOCK_MIN_SHARE = 0.01
@@ -523,17 +803,26 @@ def _lbfgs_phase(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
             loss.backward()
         return loss
 
-    lbfgs.step(closure)
+    try:
+        lbfgs.step(closure)
+    except RuntimeError:
+        # a line search that overflows (a step too large for float32) ends the
+        # phase where it began: the model keeps its parameters
+        return evaluations
     with torch.no_grad():
+        for name, value in params().items():
+            if not torch.isfinite(value).all():
+                return evaluations
         for name, value in params().items():
             named[name].copy_(value)
     return evaluations
 
 
 def _minimise(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
-              steps: int) -> None:
-    """Alternate Adam and preconditioned L-BFGS phases for ``steps`` evaluations
-    (module docstring); leave ``model`` at the best parameters seen."""
+              steps: int) -> int:
+    """Alternate Adam and preconditioned L-BFGS phases for at most ``steps``
+    evaluations (module docstring); leave ``model`` at the best parameters
+    seen. Returns the evaluations spent."""
     used = 0
     best_loss, best_state = math.inf, None
     while used < steps:
@@ -545,10 +834,26 @@ def _minimise(model: nn.Module, loss_of: Callable[[Tensor], Tensor],
         with torch.no_grad():
             loss = float(loss_of(model()))
         if not loss < best_loss * (1 - MIN_GAIN):
+            if loss < best_loss:
+                best_loss, best_state = loss, copy.deepcopy(model.state_dict())
             break  # a stalled round: L-BFGS has converged (or diverged)
         best_loss, best_state = loss, copy.deepcopy(model.state_dict())
     if best_state is not None:
         model.load_state_dict(best_state)
+    return used
+
+
+CONVERGENCE_TOL = 1e-3
+MAX_STEPS_FACTOR = 16
+
+
+def _evaluate(model: 'ProbeModel', T64: Tensor) -> Tuple[float, Tensor]:
+    """(relative error in float64, M in float64 on the CPU); inf if M is not
+    finite."""
+    with torch.no_grad():
+        M = copy.deepcopy(model).double()().cpu()
+    error = _relative_error(M, T64) if torch.isfinite(M).all() else math.inf
+    return error, M
 
 
 def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
@@ -557,35 +862,49 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                floors: Optional[Dict[str, Dict[int, float]]] = None,
                features: Optional[Tensor] = None, feature_dim: int = 64,
                warm_start: Optional[Dict[str, Tensor]] = None,
-               device='cpu') -> FitResult:
-    """Fit a family's M to ``target`` (module docstring).
+               device='cpu', constructive: bool = True,
+               tol: float = CONVERGENCE_TOL, max_steps: Optional[int] = None,
+               bounds: Optional[Dict[str, float]] = None) -> FitResult:
+    """Fit a family's M to ``target`` until the best fit stops improving.
 
-    Every argument is checked before any work starts.
+    The starts: the family's constructive start (:data:`STARTS`, one head),
+    ``warm_start`` if given, and ``restarts`` random draws (seeds
+    ``seed + r``); each runs ``steps`` evaluations. The best start then
+    continues in rounds of twice the last round's budget (``2 steps``,
+    ``4 steps``, ...) until a round improves its error by less than ``tol``
+    (converged) or the next round would take the evaluations past
+    ``max_steps`` (not converged). Every argument is checked before any work
+    starts; seeds are fixed, so a rerun gives the same fit.
 
     Args:
         target (Tensor): T, (seqlen, seqlen).
         family (str): a key of :data:`FAMILIES`.
         width (int): D_QK or N.
         heads (int): H. Defaults to 1.
-        steps (int): evaluations (forward and backward passes) per restart.
-            Defaults to 400.
-        restarts (int): initialisations, seeds ``seed + r``. Defaults to 1.
+        steps (int): evaluations (forward and backward passes) of each start,
+            and the first round's half. Defaults to 400.
+        restarts (int): random initialisations, seeds ``seed + r``
+            (r = 0 .. restarts - 1). Defaults to 1.
         seed (int): Defaults to 0.
         memory_limit_gb (float): refuse a fit whose estimated memory
             (:func:`probe_memory_bytes`) is larger. Defaults to 8.
-        keep_matrix (bool): keep the best restart's M. Defaults to False.
+        keep_matrix (bool): keep the best M. Defaults to False.
         floors (dict, optional): ``{'whole': {r: floor}, 'block': {r: floor}}``
-            already computed for T (the sweep computes them once per target);
-            None to compute them here.
+            rank floors already computed for T; None to compute them here.
         features (Tensor, optional): X, (seqlen, feature_dim); None for
             :func:`token_features` (seqlen, ``feature_dim``, ``seed``).
         feature_dim (int): width of the default features. Defaults to 64.
         warm_start (dict, optional): parameters (a :attr:`FitResult.state`,
             e.g. the fit of the same family and width to a shorter sequence:
-            none of them depends on L) that restart 0 starts from instead of
-            its random draw.
+            none of them depends on L) for one more start.
         device (str | torch.device): where the fit runs (the target, errors,
             floors and the returned state stay on the CPU). Defaults to 'cpu'.
+        constructive (bool): use the family's constructive start. Defaults to
+            True.
+        tol (float): the convergence rule's least gain. Defaults to 1e-3.
+        max_steps (int, optional): the most evaluations of the fit; None for
+            :data:`MAX_STEPS_FACTOR` x ``steps`` x the number of starts.
+        bounds (dict, optional): :func:`family_floors` already computed.
 
     Returns:
         FitResult.
@@ -595,6 +914,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
     fam = check_fit_args(family, seqlen, width, heads, steps, restarts,
                          memory_limit_gb)
     device = check_device(device)
+    if not (isinstance(tol, (int, float)) and tol > 0):
+        raise ValueError(f'tol must be a positive number, got {tol!r}')
     if features is None:
         features = token_features(seqlen, feature_dim, seed)
     elif features.dim() != 2 or features.shape[0] != seqlen:
@@ -611,39 +932,81 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                       if block_rank is not None and has_block else {})
     result = FitResult(family, width, heads, seqlen, rank=rank, block_rank=block_rank,
                        floor=floors['whole'].get(rank),
-                       block_floor=floors['block'].get(block_rank))
+                       block_floor=floors['block'].get(block_rank),
+                       floors=dict(bounds) if bounds is not None else
+                       family_floors(family, T64, width, heads))
+    starts = []
+    if constructive and family in STARTS and heads == 1:
+        starts.append('constructive')
+    if warm_start is not None:
+        starts.append('warm')
+    starts += [f'seed {seed + r}' for r in range(restarts)]
+    if max_steps is None:
+        max_steps = MAX_STEPS_FACTOR * steps * len(starts)
     T32 = T64.float().to(device)
     scale = T32.pow(2).sum()
-    start = time.perf_counter()
-    best = None
-    for restart in range(restarts):
-        torch.manual_seed(seed + restart)
-        model = ProbeModel(family, width, heads, features).to(device)
-        if restart == 0 and warm_start is not None:
+
+    def loss_of(M):
+        return (M - T32).pow(2).sum() / scale
+
+    start_time = time.perf_counter()
+    best_model, best_error = None, math.inf
+    for name in starts:
+        torch.manual_seed(int(name[5:]) if name.startswith('seed ') else seed)
+        model = ProbeModel(family, width, heads, features)
+        if name == 'constructive':
+            STARTS[family](model, T64)
+        elif name == 'warm':
             model.load_state_dict(dict(warm_start, features=model.features))
+        model = model.to(device)
         M = model()
         if not M.requires_grad:
             raise RuntimeError(
                 f'{type(model.mixer).__name__}.mixing_matrices returned a matrix '
                 'without gradient: the mixing-matrix protocol must follow the '
                 "caller's grad mode (remove its torch.no_grad)")
-        result.initial_errors.append(_relative_error(M.detach().double().cpu(), T64))
+        result.starts.append(name)
+        result.initial_errors.append(_relative_error(M.detach().double().cpu(), T64)
+                                     if torch.isfinite(M).all() else math.inf)
         if fam.linear_part:
             model.project(T32)
-        _minimise(model, lambda M: (M - T32).pow(2).sum() / scale, steps)
+        result.evaluations += _minimise(model, loss_of, steps)
         if fam.linear_part:
             model.set_linear_part()
-        with torch.no_grad():
-            M = copy.deepcopy(model).double()().cpu()
-        error = _relative_error(M, T64) if torch.isfinite(M).all() else math.inf
+        error, _ = _evaluate(model, T64)
         result.errors.append(error)
-        result.block_errors.append(_relative_error(offdiag_block(M), T_block)
-                                   if has_block and math.isfinite(error) else None)
-        if best is None or error < best:
-            best = error
-            result.state = {name: value.detach().cpu()
-                            for name, value in model.state_dict().items()
-                            if name != 'features'}
-            result.matrix = M if keep_matrix else None
-    result.seconds = time.perf_counter() - start
+        if best_model is None or error < best_error:
+            best_model, best_error, result.best_start = model, error, name
+    # the convergence rule: the best start goes on, its budget doubling, until a
+    # round gains less than tol
+    budget = steps
+    while math.isfinite(best_error):
+        budget *= 2
+        if result.evaluations + budget > max_steps:
+            break
+        before = copy.deepcopy(best_model.state_dict())
+        if fam.linear_part:
+            best_model.project(T32)
+        result.evaluations += _minimise(best_model, loss_of, budget)
+        if fam.linear_part:
+            best_model.set_linear_part()
+        error, _ = _evaluate(best_model, T64)
+        if not error <= best_error:  # a worse round is undone
+            best_model.load_state_dict(before)
+        gain = best_error - error
+        best_error = min(best_error, error)
+        result.rounds.append(best_error)
+        if gain < tol:
+            result.converged = True
+            break
+    if best_model is not None and math.isfinite(best_error):
+        error, M = _evaluate(best_model, T64)
+        result.best = error
+        result.best_block = (_relative_error(offdiag_block(M), T_block)
+                             if has_block else None)
+        result.state = {name: value.detach().cpu()
+                        for name, value in best_model.state_dict().items()
+                        if name != 'features'}
+        result.matrix = M if keep_matrix else None
+    result.seconds = time.perf_counter() - start_time
     return result

@@ -3,17 +3,15 @@
 Files under ``out_dir`` (each written atomically: a complete file or none):
 
 - ``report.json``: everything measured (no matrices);
-- ``report.md``: per target, the best relative error of every family against L
-  next to the floors, the same for the block strictly below the diagonal, and
-  the width and heads tables;
-- ``error_vs_seqlen.png``: per target, the relative error against L, one curve
-  per family (the best restart; the band spans the restarts), each low-rank
-  family's rank floor dashed in its colour, the causal floor of a causal
-  family dotted;
-- ``block_error_vs_seqlen.png``: the same for the off-diagonal block, with the
-  rank floors of the families whose blocks are low rank (SSD: N per head);
-- ``error_vs_width.png``: per target, the error against the width and against
-  the heads at one L, with the floors;
+- ``report.md``: per kind of input and target, each family's
+  ``[lower bound, best fit]`` against L, the orders the intervals decide, the
+  off-diagonal block, the width and heads tables, and the evaluations each
+  fit spent;
+- ``error_vs_seqlen.png``: per target and kind of input with more than one L,
+  the best fit against L, one curve per family, its lower bound dashed in its
+  colour (not drawn, nor linked, when no target has two lengths);
+- ``error_vs_width.png``: per target, the best fit and lower bound against the
+  width and against the heads at one L (only when a sweep varies them);
 - ``matrices.png``: the targets and every family's fitted matrix at one L.
 
 matplotlib (Agg) is imported only when drawing.
@@ -29,7 +27,7 @@ from mmdinomamba.utils import write_text_atomic
 from .expressivity import FAMILIES
 from .figures import pyplot, save_figure
 
-__all__ = ['format_markdown', 'write_expressivity_report']
+__all__ = ['decided_orders', 'format_markdown', 'write_expressivity_report']
 
 
 def _base(results: dict):
@@ -39,114 +37,177 @@ def _base(results: dict):
 
 
 def _rows(results: dict, **match) -> List[dict]:
-    return [f for f in results['fits'] if all(f[k] == v for k, v in match.items())]
+    return [f for f in results['fits']
+            if all(f.get(k, 'random' if k == 'inputs' else None) == v
+                   for k, v in match.items())]
 
 
 def _targets(results: dict) -> List[str]:
     return list(dict.fromkeys(f['target'] for f in results['fits']))
 
 
+def _inputs(results: dict) -> List[str]:
+    return list(dict.fromkeys(f.get('inputs', 'random') for f in results['fits']))
+
+
 def _families(results: dict) -> List[str]:
     return list(results['meta']['families'])
 
 
-def _cell(summary: dict, digits: int = 3) -> str:
-    if summary['best'] is None:
-        return '—'
-    if summary['worst'] - summary['best'] > 0.5 * 10 ** -digits:
-        return (f'{summary["best"]:.{digits}f} '
-                f'({summary["best"]:.{digits}f}-{summary["worst"]:.{digits}f})')
-    return f'{summary["best"]:.{digits}f}'
+def interval(row: dict, digits: int = 3) -> str:
+    """``[lower bound, best fit]`` of a fit row, with "no fit" for a fit above
+    1, a (c) where the fit is a contained family's, an (n) where the convergence
+    rule stopped at its budget."""
+    best = 'no fit' if row['best'] is None else f'{row["best"]:.{digits}f}'
+    mark = (' (c)' if row.get('inherited_from') else '') + \
+        ('' if row.get('converged', True) else ' (n)')
+    return f'[{row["lower_bound"]:.{digits}f}, {best}]{mark}'
 
 
-def _floor(value: Optional[float]) -> str:
-    return '—' if value is None else f'{value:.3f}'
+def decided_orders(rows: List[dict]) -> List[str]:
+    """``'A < B'`` for each pair of fits whose intervals are apart: A's best fit
+    below B's lower bound (so A's family reaches closer than B's can)."""
+    out = []
+    for a in rows:
+        below = [b['family'] for b in rows
+                 if a['best'] is not None and b is not a and a['best'] < b['lower_bound']]
+        if below:
+            out.append(f'{a["family"]} < ' + ', '.join(below))
+    return out
 
 
-def _length_table(results: dict, target: str, block: bool) -> List[str]:
+def _length_table(results: dict, target: str, inputs: str) -> List[str]:
     width, heads = _base(results)
-    rows = _rows(results, target=target, width=width, heads=heads)
+    rows = _rows(results, target=target, width=width, heads=heads, inputs=inputs)
     seqlens = sorted({r['seqlen'] for r in rows})
     if not seqlens:
         return []
-    key = 'block_error' if block else 'error'
     lines = ['| mixer | ' + ' | '.join(f'L = {L}' for L in seqlens) + ' |',
              '|---|' + '---|' * len(seqlens)]
-    floors = {}
     for family in _families(results):
         by_len = {r['seqlen']: r for r in rows if r['family'] == family}
-        if not by_len:
-            continue
-        lines.append(f'| {family} | ' + ' | '.join(
-            _cell(by_len[L][key]) if L in by_len else '—' for L in seqlens) + ' |')
-        rank_key, floor_key = ('block_rank', 'block_floor') if block else \
-            ('rank', 'floor')
-        for L, r in by_len.items():
-            if r[floor_key] is not None:
-                floors.setdefault(r[rank_key], {})[L] = r[floor_key]
-    for rank, by_len in sorted(floors.items()):
-        lines.append(f'| *rank-{rank} floor* | ' + ' | '.join(
-            _floor(by_len.get(L)) for L in seqlens) + ' |')
-    if not block:
-        causal = {t['seqlen']: t['causal_floor'] for t in results['targets']
-                  if t['target'] == target}
-        lines.append('| *causal floor* | ' + ' | '.join(
-            _floor(causal.get(L)) for L in seqlens) + ' |')
-    return lines
-
-
-def _width_table(results: dict, target: str, axis: str) -> List[str]:
-    """Errors against width (at the base heads) or heads (at the base width)."""
-    width, heads = _base(results)
-    fixed = dict(heads=heads) if axis == 'width' else dict(width=width)
-    rows = [r for r in _rows(results, target=target, **fixed)]
-    seqlens = sorted({r['seqlen'] for r in rows
-                      if len({x[axis] for x in rows if x['seqlen'] == r['seqlen']}) > 1})
-    lines = []
-    for L in seqlens:
-        at = [r for r in rows if r['seqlen'] == L]
-        values = sorted({r[axis] for r in at})
-        held = f'heads {heads}' if axis == 'width' else f'width {width}'
-        lines += [f'Against {axis} at L = {L} ({held}):', '',
-                  '| mixer | ' + ' | '.join(f'{axis} {v}' for v in values) + ' |',
-                  '|---|' + '---|' * len(values)]
-        floors = {}
-        for family in _families(results):
-            by = {r[axis]: r for r in at if r['family'] == family}
+        if by_len:
             lines.append(f'| {family} | ' + ' | '.join(
-                _cell(by[v]['error']) if v in by else '—' for v in values) + ' |')
-            for v, r in by.items():
-                if r['floor'] is not None:
-                    floors[v] = (r['rank'], r['floor'])
-        if floors:
-            lines.append('| *floor of linear (rank)* | ' + ' | '.join(
-                f'{floors[v][1]:.3f} ({floors[v][0]})' if v in floors else '—'
-                for v in values) + ' |')
+                interval(by_len[L]) if L in by_len else '—' for L in seqlens) + ' |')
+    lines.append('')
+    for L in seqlens:
+        orders = decided_orders([r for r in rows if r['seqlen'] == L])
+        lines.append(f'Decided at L = {L}: ' + ('; '.join(orders) if orders else
+                                                 'no order') + '.')
         lines.append('')
     return lines
 
 
-def format_markdown(results: dict, title: str = 'Expressivity of token mixers') -> str:
-    """The Markdown report (see the module docstring)."""
+def _block_table(results: dict, target: str, inputs: str) -> List[str]:
+    width, heads = _base(results)
+    rows = [r for r in _rows(results, target=target, width=width, heads=heads,
+                             inputs=inputs) if r['block_floor'] is not None]
+    seqlens = sorted({r['seqlen'] for r in rows})
+    if not seqlens:
+        return []
+    lines = ['| mixer | ' + ' | '.join(f'L = {L}' for L in seqlens) + ' |',
+             '|---|' + '---|' * len(seqlens)]
+    for family in _families(results):
+        by_len = {r['seqlen']: r for r in rows if r['family'] == family}
+        if by_len:
+            lines.append(f'| {family} (rank {next(iter(by_len.values()))["block_rank"]})'
+                         ' | ' + ' | '.join(
+                             _pair(by_len[L]['block_floor'], by_len[L]['best_block'])
+                             if L in by_len else '—' for L in seqlens) + ' |')
+    return lines + ['']
+
+
+def _pair(low: float, high: Optional[float]) -> str:
+    return f'[{low:.3f}, ' + ('—' if high is None else f'{high:.3f}') + ']'
+
+
+def _width_table(results: dict, target: str, axis: str) -> List[str]:
+    """Intervals against width (at the base heads) or heads (at the base width)."""
+    width, heads = _base(results)
+    fixed = dict(heads=heads) if axis == 'width' else dict(width=width)
+    rows = _rows(results, target=target, **fixed)
+    lines = []
+    for inputs in _inputs(results):
+        at_inputs = [r for r in rows if r.get('inputs', 'random') == inputs]
+        seqlens = sorted({r['seqlen'] for r in at_inputs if len(
+            {x[axis] for x in at_inputs if x['seqlen'] == r['seqlen']}) > 1})
+        for L in seqlens:
+            at = [r for r in at_inputs if r['seqlen'] == L]
+            values = sorted({r[axis] for r in at})
+            held = f'heads {heads}' if axis == 'width' else f'width {width}'
+            lines += [f'Against {axis} at L = {L} ({held}, {inputs} inputs):', '',
+                      '| mixer | ' + ' | '.join(f'{axis} {v}' for v in values) + ' |',
+                      '|---|' + '---|' * len(values)]
+            for family in _families(results):
+                by = {r[axis]: r for r in at if r['family'] == family}
+                if by:
+                    lines.append(f'| {family} | ' + ' | '.join(
+                        interval(by[v]) if v in by else '—' for v in values) + ' |')
+            lines.append('')
+    return lines
+
+
+def _curve_panels(results: dict) -> List[tuple]:
+    """(target, inputs) with more than one L at the base width and heads."""
+    width, heads = _base(results)
+    return [(t, i) for i in _inputs(results) for t in _targets(results)
+            if len({r['seqlen'] for r in _rows(results, target=t, width=width,
+                                               heads=heads, inputs=i)}) > 1]
+
+
+def _width_panels(results: dict) -> List[tuple]:
+    width, heads = _base(results)
+    panels = []
+    for target in _targets(results):
+        for axis, fixed in (('width', dict(heads=heads)), ('heads', dict(width=width))):
+            for inputs in _inputs(results):
+                rows = _rows(results, target=target, inputs=inputs, **fixed)
+                for L in sorted({r['seqlen'] for r in rows}):
+                    at = [r for r in rows if r['seqlen'] == L]
+                    if len({r[axis] for r in at}) > 1:
+                        panels.append((target, axis, L, inputs, at))
+    return panels
+
+
+def format_markdown(results: dict, title: str = 'Expressivity of token mixers',
+                    figures: Optional[List[str]] = None) -> str:
+    """The Markdown report (see the module docstring); ``figures``: the names
+    of the figures written beside it (None: those the results can draw)."""
     meta = results['meta']
     width, heads = _base(results)
     budget = meta['budget']
+    if figures is None:
+        figures = (['error_vs_seqlen.png'] if _curve_panels(results) else []) + \
+            (['error_vs_width.png'] if _width_panels(results) else []) + \
+            (['matrices.png'] if results.get('matrices') else [])
+    spent = sum(r.get('evaluations', 0) for r in results['fits'])
+    unconverged = sum(1 for r in results['fits'] if not r.get('converged', True))
     lines = [
         f'# {title}', '',
-        'Relative error `||M - T||_F / ||T||_F` of each mixer\'s own matrix M, '
-        'fitted to the target T (`mmdinomamba.analysis.expressivity`): the best '
-        'restart, with the range over restarts in brackets where they differ. '
-        f'Fixed token features of width {meta["feature_dim"]} (seed {meta["seed"]}); '
-        'evaluations and restarts per fit: ' + ', '.join(
-            f'{steps} x {restarts} up to L = {max_seqlen}'
-            for max_seqlen, steps, restarts in budget['tiers']) +
-        ' (restart 0 warm-started from the fit at the previous L). '
-        'Floors (closed form, from '
-        '`torch.linalg.svdvals`): no matrix of rank r comes closer than the rank-r '
-        'floor (linear attention: r = heads x D_QK), no lower-triangular matrix '
-        'closer than the causal floor. '
-        f'{meta["fits"]} fits in {meta["wall_seconds"] / 60:.1f} min '
-        f'({meta["torch_threads"]} torch threads).', '',
+        'Each cell is `[lower bound, best fit]` of the relative error '
+        '`||M - T||_F / ||T||_F` of the mixer\'s own matrix M against the target '
+        'T (`mmdinomamba.analysis.expressivity`): the family\'s best lies between '
+        'the two. The lower bound is the largest certified floor of the family '
+        '(Eckart-Young at its rank, equal row sums, the causal and semiseparable '
+        'floors; `family_floors`); the best fit is the lowest error over the '
+        'starts (constructive, warm from the previous L, random seeds) after the '
+        'convergence rule (the best start goes on with its budget doubling until a '
+        f'stage gains less than {meta.get("tol", 1e-3):g}). (c): the fit of a '
+        'contained family (smaller width, fewer heads, the causal SSD in the '
+        'bidirectional one, MLLA in MLLA with LePE), which this family holds; '
+        '(n): stopped at the budget cap before converging; "no fit": the best '
+        'fit was above 1, worse than the zero matrix. '
+        f'Token features of width {meta["feature_dim"]} (seed {meta["seed"]}); '
+        'evaluations of each start, random restarts and the most evaluations '
+        'of a fit: ' + ', '.join(
+            f'{tier[1]}, {tier[2]}, '
+            f'{tier[3] if len(tier) > 3 else "16 x per start"} up to L = {tier[0]}'
+            for tier in budget['tiers']) + '. '
+        f'{meta["fits"]} fits, {spent} evaluations ({unconverged} not converged), '
+        f'{meta["wall_seconds"] / 60:.1f} min ({meta["torch_threads"]} torch '
+        'threads).', '',
+        'An order "A < B" is stated only where the intervals decide it: A\'s '
+        'best fit is below B\'s lower bound.', '',
         '| mixer | what |', '|---|---|']
     lines += [f'| {name} | {text} |' for name, text in meta['families'].items()]
     lines += ['', '| target | what |', '|---|---|']
@@ -157,22 +218,27 @@ def format_markdown(results: dict, title: str = 'Expressivity of token mixers') 
         lines += ['', f'trained_attention: layer {ta["layer"]}, head {ta["head"]} of '
                   f'`{ta["config"]}` with `{ta["checkpoint"]}`, '
                   f'image {ta["image"]}, patches only.']
-    lines += ['', f'## Error against L (D_QK or N = {width}, {heads} head(s))', '',
-              '![error against L](error_vs_seqlen.png)', '']
-    for target in _targets(results):
-        table = _length_table(results, target, block=False)
-        if table:
-            lines += [f'### {target}', ''] + table + ['']
-    lines += ['## The block strictly below the diagonal', '',
-              'Rows [L - L/2, L) x columns [0, L/2): relative error of the fitted '
-              "matrix's block, and the rank floors of that block (SSD: N per head; "
-              'linear attention: D_QK per head); for the targets whose block holds '
-              'at least 1 % of their energy.', '',
-              '![block error against L](block_error_vs_seqlen.png)', '']
-    for target in _targets(results):
-        table = _length_table(results, target, block=True)
-        if table:
-            lines += [f'### {target}', ''] + table + ['']
+    if 'error_vs_seqlen.png' in figures:
+        lines += ['', '![error against L](error_vs_seqlen.png)']
+    for inputs in _inputs(results):
+        lines += ['', f'## {inputs.capitalize()} inputs (D_QK or N = {width}, '
+                  f'{heads} head(s))', '']
+        for target in _targets(results):
+            table = _length_table(results, target, inputs)
+            if table:
+                lines += [f'### {target}', ''] + table
+    block_lines = []
+    for inputs in _inputs(results):
+        for target in _targets(results):
+            table = _block_table(results, target, inputs)
+            if table:
+                block_lines += [f'### {target}, {inputs} inputs', ''] + table
+    if block_lines:
+        lines += ['## The block strictly below the diagonal', '',
+                  'Rows [L - L/2, L) x columns [0, L/2): `[rank floor of the block, '
+                  'the best fit\'s block error]` for the families whose block rank '
+                  'is bounded, on the targets whose block holds at least 1 % of '
+                  'their energy.', ''] + block_lines
     width_lines = []
     for target in _targets(results):
         body = _width_table(results, target, 'width') + \
@@ -180,14 +246,24 @@ def format_markdown(results: dict, title: str = 'Expressivity of token mixers') 
         if body:
             width_lines += [f'### {target}', ''] + body
     if width_lines:
-        lines += ['## Width and heads', '', '![error against width and heads]'
-                  '(error_vs_width.png)', ''] + width_lines
-    if results.get('matrices'):
+        lines += ['## Width and heads', '']
+        if 'error_vs_width.png' in figures:
+            lines += ['![error against width and heads](error_vs_width.png)', '']
+        lines += width_lines
+    if 'matrices.png' in figures:
         lines += ['## The fitted matrices', '',
                   f'At L = {meta["show_seqlen"]}: each target, then each mixer\'s '
                   'fit (same colour scale per row).', '',
                   '![fitted matrices](matrices.png)', '']
-    return '\n'.join(lines)
+    lines += ['## Evaluations', '',
+              '| mixer | target | L | inputs | width | heads | best start | '
+              'evaluations | converged |', '|---|---|---|---|---|---|---|---|---|']
+    for r in results['fits']:
+        lines.append(f'| {r["family"]} | {r["target"]} | {r["seqlen"]} | '
+                     f'{r.get("inputs", "random")} | {r["width"]} | {r["heads"]} | '
+                     f'{r.get("best_start")} | {r.get("evaluations")} | '
+                     f'{"yes" if r.get("converged") else "no"} |')
+    return '\n'.join(lines) + '\n'
 
 
 def _colours(results: dict) -> Dict[str, str]:
@@ -206,84 +282,64 @@ def _panels(n: int, plt, height: float = 3.2):
     return fig, list(axes.flat)
 
 
-def plot_error_vs_seqlen(results: dict, path: str, block: bool = False) -> None:
+def plot_error_vs_seqlen(results: dict, path: str) -> bool:
+    """Draw the best fit and lower bound against L per (target, inputs) with
+    more than one L; False (and no file) if there is none."""
+    panels = _curve_panels(results)
+    if not panels:
+        return False
     plt = pyplot()
     width, heads = _base(results)
-    targets = [t for t in _targets(results)
-               if len({r['seqlen'] for r in _rows(results, target=t, width=width,
-                                                  heads=heads)}) > 1]
     colours = _colours(results)
-    key, rank_key, floor_key = (('block_error', 'block_rank', 'block_floor') if block
-                                else ('error', 'rank', 'floor'))
-    fig, axes = _panels(max(1, len(targets)), plt)
-    for ax, target in zip(axes, targets):
+    fig, axes = _panels(len(panels), plt)
+    for ax, (target, inputs) in zip(axes, panels):
         for family in _families(results):
             rows = sorted(_rows(results, target=target, family=family, width=width,
-                                heads=heads), key=lambda r: r['seqlen'])
-            rows = [r for r in rows if r[key]['best'] is not None]
+                                heads=heads, inputs=inputs), key=lambda r: r['seqlen'])
             if not rows:
                 continue
-            xs = [r['seqlen'] for r in rows]
             colour = colours[family]
-            ax.plot(xs, [r[key]['best'] for r in rows], marker='o', color=colour,
-                    label=family)
-            ax.fill_between(xs, [r[key]['best'] for r in rows],
-                            [r[key]['worst'] for r in rows], color=colour, alpha=0.2)
-            floors = [(r['seqlen'], r[floor_key]) for r in rows
-                      if r[floor_key] is not None]
-            if floors:
-                ax.plot(*zip(*floors), linestyle='--', color=colour, linewidth=1,
-                        label=f'rank-{rows[0][rank_key]} floor')
-            if not block and FAMILIES[family].causal:
-                causal = {t['seqlen']: t['causal_floor'] for t in results['targets']
-                          if t['target'] == target}
-                ax.plot(xs, [causal[x] for x in xs], linestyle=':', color=colour,
-                        linewidth=1, label='causal floor')
+            fitted = [(r['seqlen'], r['best']) for r in rows if r['best'] is not None]
+            if fitted:
+                ax.plot(*zip(*fitted), marker='o', color=colour, label=family)
+            ax.plot([r['seqlen'] for r in rows], [r['lower_bound'] for r in rows],
+                    linestyle='--', color=colour, linewidth=1)
         ax.set_xscale('log', base=2)
         ax.set_xlabel('L (tokens)')
-        ax.set_ylabel('relative error' + (' (off-diagonal block)' if block else ''))
+        ax.set_ylabel('relative error (dashed: lower bound)')
         ax.set_ylim(bottom=0)
-        ax.set_title(target, fontsize=10)
+        ax.set_title(f'{target}, {inputs} inputs', fontsize=10)
         ax.legend(fontsize=6)
     fig.tight_layout()
     save_figure(fig, path)
+    return True
 
 
 def plot_error_vs_width(results: dict, path: str) -> bool:
     """Draw the width and heads panels; False (and no file) if the sweep has
     none."""
-    plt = pyplot()
-    width, heads = _base(results)
-    colours = _colours(results)
-    panels = []
-    for target in _targets(results):
-        for axis, fixed in (('width', dict(heads=heads)), ('heads', dict(width=width))):
-            rows = _rows(results, target=target, **fixed)
-            for L in sorted({r['seqlen'] for r in rows}):
-                at = [r for r in rows if r['seqlen'] == L]
-                if len({r[axis] for r in at}) > 1:
-                    panels.append((target, axis, L, at))
+    panels = _width_panels(results)
     if not panels:
         return False
+    plt = pyplot()
+    colours = _colours(results)
     fig, axes = _panels(len(panels), plt)
-    for ax, (target, axis, L, at) in zip(axes, panels):
+    for ax, (target, axis, L, inputs, at) in zip(axes, panels):
         for family in _families(results):
             rows = sorted([r for r in at if r['family'] == family],
                           key=lambda r: r[axis])
             if not rows:
                 continue
-            xs = [r[axis] for r in rows]
-            ax.plot(xs, [r['error']['best'] for r in rows], marker='o',
-                    color=colours[family], label=family)
-            floors = [(r[axis], r['floor']) for r in rows if r['floor'] is not None]
-            if floors:
-                ax.plot(*zip(*floors), linestyle='--', color=colours[family],
-                        linewidth=1, label='rank floor')
+            fitted = [(r[axis], r['best']) for r in rows if r['best'] is not None]
+            if fitted:
+                ax.plot(*zip(*fitted), marker='o', color=colours[family], label=family)
+            ax.plot([r[axis] for r in rows], [r['lower_bound'] for r in rows],
+                    linestyle='--', color=colours[family], linewidth=1)
         ax.set_xscale('log', base=2)
         ax.set_xlabel(axis)
-        ax.set_ylabel('relative error')
+        ax.set_ylabel('relative error (dashed: lower bound)')
         ax.set_ylim(bottom=0)
-        ax.set_title(f'{target}, L = {L}', fontsize=10)
+        ax.set_title(f'{target}, L = {L}, {inputs}', fontsize=10)
         ax.legend(fontsize=6)
     fig.tight_layout()
     save_figure(fig, path)
@@ -321,25 +377,33 @@ def _json_ready(results: dict) -> dict:
 def write_expressivity_report(results: dict, out_dir: str,
                               title: str = 'Expressivity of token mixers'
                               ) -> Dict[str, str]:
-    """Write the report files (module docstring) under ``out_dir``.
+    """Write the report files (module docstring) under ``out_dir``; a figure
+    with nothing to draw is neither written nor linked (an old copy of it in
+    ``out_dir`` is removed, so the folder holds this report's files only).
 
     Returns:
-        dict: file name -> path (figures with nothing to draw are left out).
+        dict: file name -> path.
     """
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: osp.join(out_dir, name) for name in (
-        'report.json', 'report.md', 'error_vs_seqlen.png',
-        'block_error_vs_seqlen.png', 'error_vs_width.png', 'matrices.png')}
-
+        'report.json', 'report.md', 'error_vs_seqlen.png', 'error_vs_width.png',
+        'matrices.png')}
+    drawn = dict(error_vs_seqlen=plot_error_vs_seqlen(
+        results, paths['error_vs_seqlen.png']),
+        error_vs_width=plot_error_vs_width(results, paths['error_vs_width.png']),
+        matrices=bool(results.get('matrices')))
+    if drawn['matrices']:
+        plot_matrices(results, paths['matrices.png'])
+    for name, ok in drawn.items():
+        if not ok:
+            stale = paths.pop(f'{name}.png')
+            if osp.exists(stale):
+                os.remove(stale)
+    stale = osp.join(out_dir, 'block_error_vs_seqlen.png')
+    if osp.exists(stale):
+        os.remove(stale)
+    figures = [n for n in paths if n.endswith('.png')]
     write_text_atomic(paths['report.json'],
                       json.dumps(_json_ready(results), indent=1))
-    write_text_atomic(paths['report.md'], format_markdown(results, title))
-    plot_error_vs_seqlen(results, paths['error_vs_seqlen.png'])
-    plot_error_vs_seqlen(results, paths['block_error_vs_seqlen.png'], block=True)
-    if not plot_error_vs_width(results, paths['error_vs_width.png']):
-        del paths['error_vs_width.png']
-    if results.get('matrices'):
-        plot_matrices(results, paths['matrices.png'])
-    else:
-        del paths['matrices.png']
+    write_text_atomic(paths['report.md'], format_markdown(results, title, figures))
     return paths

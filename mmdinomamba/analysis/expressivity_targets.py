@@ -36,7 +36,33 @@ of any M of a given structure, in closed form:
   x columns ``[0, L // 2)`` (:func:`offdiag_block`): the bound of a matrix
   whose off-diagonal blocks have rank <= r (SSD: r = N per head);
 - :func:`causal_floor`: no lower-triangular M comes closer than the norm of
-  T's strictly upper part.
+  T's strictly upper part;
+- :func:`semiseparable_floor`: no M whose blocks ``M[k:, :k]`` (and, two-sided,
+  ``M[:k, k:]``) have rank <= r at every split point k (the SSD: r = N per
+  head) comes closer than the Eckart-Young tails of T's blocks beyond rank r,
+  summed over disjoint blocks (below);
+- :func:`row_sum_floor`: no M whose rows have one common sum (softmax and
+  linear attention: rows sum to the head weight; any heads) comes closer than
+  the spread of T's row sums; for a non-negative M with equal row sums (one
+  head), the distance to that convex cone.
+
+Every floor is a lower bound on the family's best error, whatever the
+optimiser does: a fit in ``[floor, fit]`` brackets the family's capacity.
+
+The semiseparable floor. Let every block ``M[k:, :k]``, k = 1 .. L - 1, have
+rank <= r. Entries of disjoint blocks add in ``||M - T||_F^2``, and each block
+``B`` inside a rank-<= r block has rank <= r, so by Eckart-Young::
+
+    ||M - T||_F^2 >= sum_B tail_r(T_B)^2        tail_r(A)^2 = sum_(i > r) s_i(A)^2
+
+for any family of disjoint blocks B, each inside some ``[k:, :k]``. Two such
+families are evaluated and the larger bound kept: the single split
+``[k:, :k]`` (max over k), and the dyadic partition of the strict lower
+triangle (``[m, b) x [a, m)`` for every interval ``[a, b)`` of the recursive
+halving of ``[0, L)``, m its midpoint), whose blocks tile it up to the
+entries next to the diagonal. Two-sided (the bidirectional SSD) adds the
+transposed blocks of the strict upper triangle (disjoint from the lower ones)
+to each family.
 """
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -47,8 +73,9 @@ import torch
 Tensor = torch.Tensor
 
 __all__ = ['TARGETS', 'Target', 'build_target', 'causal_floor', 'check_attention_head',
-           'check_target', 'grid_shape', 'normalise_image', 'offdiag_block',
-           'rank_floors', 'trained_attention', 'trained_attention_image']
+           'check_target', 'dyadic_blocks', 'grid_shape', 'normalise_image',
+           'offdiag_block', 'project_simplex', 'rank_floors', 'row_sum_floor',
+           'semiseparable_floor', 'trained_attention', 'trained_attention_image']
 
 
 def grid_shape(seqlen: int) -> Tuple[int, int]:
@@ -202,6 +229,127 @@ def causal_floor(T: Tensor) -> float:
     """The least relative error of a lower-triangular matrix:
     ``||triu(T, 1)||_F / ||T||_F``."""
     return float(T.triu(1).norm() / T.norm())
+
+
+def _tail2(A: Tensor, r: int) -> float:
+    """``sum_(i > r) s_i(A)^2``: what a rank-r matrix leaves of A (Eckart-Young)."""
+    if r >= min(A.shape):
+        return 0.0
+    s2 = torch.linalg.svdvals(A) ** 2
+    return float(s2[r:].sum())
+
+
+def dyadic_blocks(seqlen: int):
+    """The blocks ``(rows, cols)`` (ranges) of the dyadic partition of the
+    strict lower triangle: ``[m, b) x [a, m)`` for every interval ``[a, b)`` of
+    the recursive halving of ``[0, seqlen)`` (length >= 2), ``m = (a + b) // 2``.
+    Pairwise disjoint; each inside the split block ``[m:, :m]``."""
+    out, stack = [], [(0, seqlen)]
+    while stack:
+        a, b = stack.pop()
+        if b - a < 2:
+            continue
+        m = (a + b) // 2
+        out.append((range(m, b), range(a, m)))
+        stack += [(a, m), (m, b)]
+    return out
+
+
+def semiseparable_floor(T: Tensor, rank: int, two_sided: bool = False) -> float:
+    """The least relative error of a matrix whose split blocks ``M[k:, :k]`` (and
+    ``M[:k, k:]`` if ``two_sided``) all have rank <= ``rank`` (module docstring).
+
+    Args:
+        T (Tensor): (L, L), not all zeros.
+        rank (int): r >= 0.
+        two_sided (bool): bound the blocks above the diagonal too. Defaults to
+            False (only the strict lower triangle is bounded).
+
+    Returns:
+        float: ``sqrt(max(split, dyadic)) / ||T||_F``, the larger of the two
+        disjoint-block bounds.
+    """
+    if not isinstance(rank, int) or rank < 0:
+        raise ValueError(f'rank must be a non-negative int, got {rank!r}')
+    T = T.double()
+    L = T.shape[0]
+    sides = (T, T.T) if two_sided else (T, )
+    split = max((sum(_tail2(S[k:, :k], rank) for S in sides) for k in range(1, L)),
+                default=0.0)
+    dyadic = sum(_tail2(S[rows.start:rows.stop, cols.start:cols.stop], rank)
+                 for S in sides for rows, cols in dyadic_blocks(L))
+    return float(max(split, dyadic) ** 0.5 / T.norm())
+
+
+def project_simplex(V: Tensor, total) -> Tensor:
+    """Each row of V projected (Euclidean) onto ``{x >= 0, sum x = total}``
+    (``total`` >= 0, a scalar or one per row), by the sort-and-threshold rule."""
+    V = V.double()
+    total = torch.as_tensor(total, dtype=V.dtype).expand(V.shape[0])[:, None]
+    U = V.sort(dim=1, descending=True).values
+    css = U.cumsum(1) - total
+    idx = torch.arange(1, V.shape[1] + 1, dtype=V.dtype)
+    cond = U - css / idx > 0
+    k = cond.sum(1, keepdim=True).clamp(min=1)
+    theta = css.gather(1, k - 1) / k.to(V.dtype)
+    return (V - theta).clamp(min=0)
+
+
+def _cone_error2(T: Tensor, s: float) -> float:
+    """``||T - P_s(T)||^2`` with every row of T projected onto ``s`` times the
+    simplex (s < 0: onto ``-|s|`` times it)."""
+    if s >= 0:
+        return float((T - project_simplex(T, s)).pow(2).sum())
+    return float((-T - project_simplex(-T, -s)).pow(2).sum())
+
+
+def row_sum_floor(T: Tensor, nonnegative: bool = False) -> float:
+    """The least relative error of a matrix whose rows all have one sum.
+
+    Any M with ``M 1 = s 1``: the projection subtracts ``(r_i - s) / L`` from
+    row i (r its row sums), so the error is ``sum_i (r_i - mean r)^2 / L``. With
+    ``nonnegative`` (one head of softmax or linear attention: ``a S``, S
+    row-stochastic, a real) M lies in the union of two convex cones
+    ``{M >= 0, M 1 = s 1}`` and its negative; the squared distance to one is
+    convex in s and is minimised by golden-section search on s to 1e-12 of its
+    range (the returned floor is the smaller of the minimum found and the
+    equal-row-sum floor, which holds for every s).
+
+    Args:
+        T (Tensor): (L, L), not all zeros.
+        nonnegative (bool): Defaults to False.
+
+    Returns:
+        float: the relative error.
+    """
+    T = T.double()
+    L = T.shape[1]
+    r = T.sum(1)
+    equal = float((r - r.mean()).pow(2).sum() / L)
+    best = equal
+    if nonnegative:
+        # |s| beyond the largest row's l1 norm times 2 only moves away from T
+        high = 2 * float(T.abs().sum(1).max()) + 1e-12
+        found = []
+        for sign in (1.0, -1.0):
+            lo, hi = 0.0, high
+            g = (5 ** 0.5 - 1) / 2
+            a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+            fa, fb = _cone_error2(T, sign * a), _cone_error2(T, sign * b)
+            while hi - lo > 1e-12 * high:
+                if fa <= fb:
+                    hi, b, fb = b, a, fa
+                    a = hi - g * (hi - lo)
+                    fa = _cone_error2(T, sign * a)
+                else:
+                    lo, a, fa = a, b, fb
+                    b = lo + g * (hi - lo)
+                    fb = _cone_error2(T, sign * b)
+            found.append(min(fa, fb, _cone_error2(T, 0.0)))
+        # the minimum of a convex function, found to round-off: never below the
+        # equal-row-sum floor, which every cone member obeys
+        best = max(equal, min(found))
+    return float(best ** 0.5 / T.norm())
 
 
 # --------------------------------------------------------------------------- #

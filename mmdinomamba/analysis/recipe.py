@@ -263,44 +263,38 @@ def side_by_side(init: dict, teacher: dict, pair: dict, num_bank: int) -> str:
 def verdict(name: str, init: dict, teacher: dict, pair: dict,
             num_val: int) -> Tuple[str, bool]:
     """What the held-out measures say about one teacher, in words, and whether
-    it beats its init: its mean over the held-out images is higher than the
-    init's on both k-NN and the attention map's Binary-AUC.
+    its means are higher than its init's on both k-NN and the attention map's
+    Binary-AUC (the demo's gate).
 
-    Each measure's sentence also says whether the 95 % interval of the paired
-    gain lies above 0 (a gain larger than the noise of these images) or
-    includes 0 (a gain within it).
+    The words follow the 95 % interval of each paired gain
+    (:func:`~mmdinomamba.analysis.comparison.order_word`): "better" or "worse"
+    only where it excludes 0, "ties" where it includes 0, whatever the means.
 
     Returns:
-        tuple: (the sentences, passed).
+        tuple: (the sentences, whether both means are higher).
     """
-    def noise(gain):
-        if gain['low'] > 0:
-            return 'larger than the noise of these images'
-        return 'within the noise of these images (its interval includes 0)'
+    from .comparison import order_word
+
+    def words(gain, what):
+        order = order_word(gain)
+        if order == 'tie':
+            return f'{what} ties with the random init\'s (the interval includes 0)'
+        return f'{what} is {order} than the random init\'s'
 
     auc_init = init['auc_by_method']['attention'][-1]['auc']['mean']
     auc_teacher = teacher['auc_by_method']['attention'][-1]['auc']['mean']
     auc_gain, knn_gain = pair['auc']['attention'], pair['knn']
-    parts, passed = [], True
-    if auc_teacher > auc_init:
-        parts.append(f'its attention maps find the object better than the random '
-                     f'init\'s (Binary-AUC {auc_teacher:.3f} against {auc_init:.3f}, '
-                     f'gain {auc_gain["mean"]:+.3f}: {noise(auc_gain)})')
-    else:
-        passed = False
-        parts.append(f'its attention maps find the object no better than the random '
-                     f'init\'s (Binary-AUC {auc_teacher:.3f} against {auc_init:.3f})')
     knn_init, knn_teacher = 100 * init['knn']['mean'], 100 * teacher['knn']['mean']
-    if knn_teacher > knn_init:
-        parts.append(f'its features classify better by k-NN ({knn_teacher:.1f} % '
-                     f'against {knn_init:.1f} %, gain {100 * knn_gain["mean"]:+.1f} '
-                     f'points: {noise(knn_gain)})')
-    else:
-        passed = False
-        parts.append(f'its features classify no better by k-NN ({knn_teacher:.1f} % '
-                     f'against {knn_init:.1f} %)')
-    result = ('higher on both: it beats its random init' if passed else
-              'not higher on both: it does not beat its random init')
+    parts = [
+        words(auc_gain, 'its attention map\'s Binary-AUC') +
+        f' ({auc_teacher:.3f} against {auc_init:.3f}, paired gain '
+        f'{auc_gain["mean"]:+.3f} [{auc_gain["low"]:+.3f}, {auc_gain["high"]:+.3f}])',
+        words(knn_gain, 'its k-NN top-1') +
+        f' ({knn_teacher:.1f} % against {knn_init:.1f} %, paired gain '
+        f'{100 * knn_gain["mean"]:+.1f} [{100 * knn_gain["low"]:+.1f}, '
+        f'{100 * knn_gain["high"]:+.1f}] points)']
+    passed = auc_teacher > auc_init and knn_teacher > knn_init
+    result = ('higher on both' if passed else 'not higher on both')
     return (f'{name}: on {num_val} held-out images the DINO teacher is measured '
             f'against the same backbone at its random init: ' + '; '.join(parts) +
             f'. Its means are {result}.'), passed
@@ -376,10 +370,12 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
 
     # 1. data
     data = dict(preset.data, train_per_class=args.train_per_class,
-                val_per_class=args.val_per_class)
+                val_per_class=args.val_per_class,
+                placement=getattr(args, 'placement', None) or
+                preset.data.get('placement', 'centred'))
     say(f'[{next(number)}/{steps}] toy dataset: {shown(data_root)} '
         f'({data["train_per_class"]} training and {data["val_per_class"]} held-out '
-        'images per class)')
+        f'images per class, {data["placement"]} placement)')
     start = time.time()
     make_toy_dataset(data_root, overwrite=preset.replace_data, **data)
     with open(osp.join(data_root, 'classes.txt')) as f:
@@ -438,7 +434,7 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
         say(f'      {m.name}: {shown(last)} -> {shown(teacher)}; init: {said}')
 
     # 4. probes
-    probes, probe_losses = {}, {}
+    probes, probe_losses, probe_top1 = {}, {}, {}
     if not args.no_probe:
         rows = ('dino', 'random') if preset.probe_init else ('dino', )
         arch = [o for o in args.cfg_options if o.startswith('model.backbone.')]
@@ -472,6 +468,8 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
             top1 = [r['accuracy/top1'] for r in records if 'accuracy/top1' in r]
             probes[key] = (osp.join(probe_dir, osp.basename(config)),
                            latest_checkpoint(probe_dir))
+            if top1:
+                probe_top1[key] = top1[-1]
             say(f'      {key}: top-1 on the held-out images '
                 f'{top1[-1] if top1 else float("nan"):.1f} % (chance '
                 f'{100 / num_classes:.0f} %)')
@@ -502,6 +500,13 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
                              layers=list(preset.layers) if preset.layers else None)
     pairs = [(f'{m.name}-dino', f'{m.name}-random') for m in models]
     results['pairs'] = paired_gains(results, pairs)
+    teachers = [f'{m.name}-dino' for m in models]
+    results['between'] = paired_gains(results, [
+        (b, a) for i, a in enumerate(teachers) for b in teachers[i + 1:]])
+    for row in results['models']:
+        # a probe the report does not score itself: the top-1 its run printed
+        if row['probe'] is None and row['name'] in probe_top1:
+            row['probe_logged'] = probe_top1[row['name']] / 100
     report_dir = osp.abspath(args.out) if args.out else osp.join(work_dir, 'report')
     paths = write_comparison_report(results, report_dir, display(val.images[:4]),
                                     val.label_maps[:4].numpy(), preset.title)

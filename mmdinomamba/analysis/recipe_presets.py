@@ -110,7 +110,7 @@ PRESETS = {
         'random init',
         models=COMPARE_MODELS,
         data=dict(num_classes=12, train_per_class=500, val_per_class=100, size=64,
-                  formats=('imagenet', ), style='rich'),
+                  formats=('imagenet', ), style='rich', placement='uniform'),
         replace_data=False, data_root='data/toy_rich_compare',
         work_dir='work_dirs/compare', probe_init=True, probes_in_report=True,
         rank_images=4, layers=None, gate=False),
@@ -126,7 +126,7 @@ PRESETS = {
         'attention bites',
         models=SEQ256_MODELS,
         data=dict(num_classes=12, train_per_class=250, val_per_class=40, size=64,
-                  formats=('imagenet', ), style='rich'),
+                  formats=('imagenet', ), style='rich', placement='uniform'),
         replace_data=False, data_root='data/toy_rich_seq256',
         work_dir='work_dirs/compare_seq256', probe_init=True, probes_in_report=True,
         rank_images=2, layers=None, gate=False,
@@ -167,6 +167,12 @@ def build_parser(preset: Preset, root: str,
     parser.add_argument('--val-per-class', type=int,
                         default=preset.data['val_per_class'],
                         help='toy held-out images per class')
+    parser.add_argument('--placement', choices=('centred', 'uniform'),
+                        default=preset.data.get('placement', 'centred'),
+                        help="where the toy objects go: 'uniform' (no centre bias) "
+                        "or 'centred' (the shapes inside the image, their pixels "
+                        "crowding its centre); default: the preset's, "
+                        f"{preset.data.get('placement', 'centred')}")
     parser.add_argument('--rank-images', type=int, default=preset.rank_images,
                         help='held-out images whose mixing matrices are ranked '
                         '(0: none)')

@@ -324,9 +324,12 @@ def test_per_image_values_and_paired_gain(data, configs):
     shorter = dict(lin, per_image=dict(knn=lin['per_image']['knn'][:-1], auc={}))
     with pytest.raises(ValueError, match='measured on different images'):
         paired_gain(vim, shorter)
-    # the per-image values stay out of the JSON report (the CLI test writes one)
+    # the per-image values go into the JSON report, as plain lists (nan: None),
+    # so that every paired statistic can be recomputed from it
     from mmdinomamba.analysis.comparison_report import _json_ready
-    assert all('per_image' not in m for m in _json_ready(report)['models'])
+    stored = _json_ready(report)['models'][0]['per_image']
+    assert stored['knn'] == report['models'][0]['per_image']['knn'].tolist()
+    assert all(v is None or isinstance(v, float) for v in stored['auc']['cosine'])
 
 
 def test_cli_bad_inputs_exit_with_a_message(tmp_path, data, configs, load_tool):
@@ -346,6 +349,83 @@ def test_cli_bad_inputs_exit_with_a_message(tmp_path, data, configs, load_tool):
     with pytest.raises(SystemExit, match='given twice'):
         tool.main(base + ['--model', 'v', configs['dinovim'], 'random',
                           '--model', 'v', configs['dinovim'], 'random'])
+
+
+def test_reference_maps_match_sklearn_and_the_maps_of_a_grey_image(data, configs):
+    """The centre prior's AUC on each image equals sklearn's on the fixed Gaussian;
+    the grey image's head-mean map equals ``measure_maps`` on that image, and its
+    per-image AUC (mean over heads) equals sklearn on each head's map; each
+    model's gains over both are the paired differences of the stored per-image
+    values."""
+    from sklearn.metrics import roc_auc_score
+
+    from mmdinomamba.analysis.comparison import (centred_gaussian_map,
+                                                 grey_image_maps, measure_maps,
+                                                 preprocess_image)
+    _, train, val = data
+    report = compare_models([ModelSpec('vim', configs['dinovim'])], train, val,
+                            rank_images=0, num_resamples=100, progress=False,
+                            map_methods=('attention', 'cosine'))
+    prior = report['reference']['centred_gaussian']
+    g = centred_gaussian_map(SIZE).numpy()
+    assert g.argmax() in {(SIZE // 2 - 1) * SIZE + SIZE // 2 - 1, (SIZE // 2) * SIZE +
+                          SIZE // 2}  # brightest at the centre
+    fg = (val.label_maps > 0).numpy()
+    expected = [roc_auc_score(f.ravel(), g.ravel()) if 0 < f.sum() < f.size
+                else np.nan for f in fg]
+    np.testing.assert_allclose(prior['per_image'], expected, atol=1e-12)
+    assert prior['auc']['mean'] == pytest.approx(np.nanmean(expected))
+    vim = report['models'][0]
+    backbone = load_model(ModelSpec('vim', configs['dinovim']))
+    grey = grey_image_maps(backbone, SIZE, 1, ('attention', 'cosine'))
+    image = preprocess_image(np.full((SIZE, SIZE, 3), 128, np.uint8), SIZE)[None]
+    for method in ('attention', 'cosine'):
+        maps = grey[method].numpy()
+        np.testing.assert_allclose(maps[-1], measure_maps(backbone, image, method)[0],
+                                   atol=1e-5)
+        heads = maps[:-1]
+        expected = [np.mean([roc_auc_score(f.ravel(), h.ravel()) for h in heads])
+                    if 0 < f.sum() < f.size else np.nan for f in fg]
+        np.testing.assert_allclose(vim['per_image']['auc_grey'][method], expected,
+                                   atol=1e-9)
+        own = vim['per_image']['auc'][method]
+        ref = vim['reference'][method]
+        for key, base in (('gain_over_grey', np.array(expected)),
+                          ('gain_over_prior', prior['per_image'])):
+            keep = ~(np.isnan(own) | np.isnan(base))
+            assert ref[key]['mean'] == pytest.approx((own - base)[keep].mean())
+            assert ref[key]['low'] <= ref[key]['mean'] <= ref[key]['high']
+
+
+def test_report_json_stores_the_pairs_and_relative_paths(tmp_path, data, configs,
+                                                         monkeypatch):
+    """report.json is valid JSON (nan as null) with the per-image values, and the
+    paths relative to the folder the tool ran in."""
+    from mmdinomamba.analysis.comparison_report import _probe, write_comparison_report
+    _, train, val = data
+    monkeypatch.chdir(osp.dirname(configs['dinovim']))
+    report = compare_models([ModelSpec('vim', configs['dinovim']),
+                             ModelSpec('lin', configs['linearvit'])], train, val,
+                            rank_images=0, num_resamples=50, progress=False,
+                            map_methods=('attention', ))
+    report['pairs'] = paired_gains(report, [('lin', 'vim')], num_resamples=50)
+    out = str(tmp_path / 'r')
+    write_comparison_report(report, out, np.zeros((4, SIZE, SIZE, 3), np.uint8),
+                            val.label_maps[:4].numpy())
+    with open(osp.join(out, 'report.json')) as f:
+        text = f.read()
+    assert 'NaN' not in text
+    data_ = json.loads(text)
+    assert data_['models'][0]['config'] == 'dinovim.py'
+    assert len(data_['models'][1]['per_image']['auc']['attention']) == len(val)
+    pair = data_['pairs'][0]
+    assert pair['order']['knn'] in ('better', 'worse', 'tie')
+    with open(osp.join(out, 'report.md')) as f:
+        md = f.read()
+    assert f'{pair["order"]["attention"]} |' in md
+    # the demo's probe: the top-1 its run printed, when the report does not score it
+    assert _probe(dict(probe=None, probe_logged=0.853)) == "85.3 (its run's validation)"
+    assert _probe(dict(probe=None)) == '—'
 
 
 def test_progress_without_a_terminal_is_a_line_per_quarter(data, configs, capsys):

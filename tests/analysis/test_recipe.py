@@ -171,24 +171,43 @@ def test_the_verdict_needs_a_higher_mean_on_both_measures():
     better = results(init_knn, (0.45, 0.38, 0.52), init_auc, (0.55, 0.53, 0.57), **sure)
     sentence, passed = recipe.verdict('toy', *better, num_val=200)
     assert passed and sentence.startswith('toy: on 200 held-out images')
-    assert 'Binary-AUC 0.550 against 0.500, gain +0.050: larger than the noise' in \
-        sentence
-    assert '45.0 % against 30.0 %, gain +15.0 points: larger than the noise' in sentence
-    assert sentence.endswith('Its means are higher on both: it beats its random init.')
-    # a higher mean whose interval includes 0 passes, and says so
+    assert ("attention map's Binary-AUC is better than the random init's (0.550 "
+            'against 0.500, paired gain +0.050 [+0.040, +0.060])') in sentence
+    assert ("k-NN top-1 is better than the random init's (45.0 % against 30.0 %, "
+            'paired gain +15.0 [+8.0, +22.0] points)') in sentence
+    assert sentence.endswith('Its means are higher on both.')
+    # a higher mean whose interval includes 0 passes the gate, and is a tie in words
     unsure = results(init_knn, (0.34, 0.28, 0.40), init_auc, (0.55, 0.53, 0.57),
                      knn_gain=(0.04, -0.02, 0.10), auc_gain=(0.05, 0.04, 0.06))
     sentence, passed = recipe.verdict('toy', *unsure, num_val=200)
-    assert passed and 'within the noise of these images (its interval includes 0)' in \
-        sentence
-    assert 'beats random init (gain interval includes 0)' not in sentence
-    # a tie or a lower mean on either measure fails
+    assert passed and "k-NN top-1 ties with the random init's (the interval " \
+        'includes 0)' in sentence
+    assert 'k-NN top-1 is better' not in sentence
+    # "better" never at a gain of +0.000 whose interval includes 0
+    zero = results(init_knn, (0.45, 0.38, 0.52), init_auc, (0.5001, 0.49, 0.51),
+                   knn_gain=(0.15, 0.08, 0.22), auc_gain=(0.0001, -0.01, 0.01))
+    sentence, _ = recipe.verdict('toy', *zero, num_val=200)
+    assert "Binary-AUC ties with the random init's" in sentence
+    assert "Binary-AUC is better" not in sentence
+    # an interval below 0 is "worse"; a tie or a lower mean on either measure fails
+    worse = results(init_knn, (0.45, 0.38, 0.52), init_auc, (0.45, 0.44, 0.46),
+                    knn_gain=(0.15, 0.08, 0.22), auc_gain=(-0.05, -0.06, -0.04))
+    sentence, passed = recipe.verdict('toy', *worse, num_val=200)
+    assert not passed and "Binary-AUC is worse than the random init's" in sentence
     for teacher_knn, teacher_auc in ((init_knn, (0.55, 0.53, 0.57)),
                                      ((0.45, 0.38, 0.52), (0.49, 0.48, 0.50))):
-        worse = results(init_knn, teacher_knn, init_auc, teacher_auc, **sure)
-        sentence, passed = recipe.verdict('toy', *worse, num_val=200)
-        assert not passed and 'no better' in sentence
-        assert sentence.endswith('it does not beat its random init.')
+        lower = results(init_knn, teacher_knn, init_auc, teacher_auc, **sure)
+        sentence, passed = recipe.verdict('toy', *lower, num_val=200)
+        assert not passed and sentence.endswith('Its means are not higher on both.')
+
+
+@pytest.mark.parametrize('gain,word', [((0.01, 0.001, 0.02), 'better'),
+                                       ((-0.01, -0.02, -0.001), 'worse'),
+                                       ((0.0, -0.01, 0.01), 'tie'),
+                                       ((0.01, 0.0, 0.02), 'tie')])
+def test_order_words_follow_the_interval(gain, word):
+    from mmdinomamba.analysis.comparison import order_word
+    assert order_word(dict(zip(('mean', 'low', 'high'), gain))) == word
 
 
 def test_side_by_side_lines():

@@ -37,25 +37,27 @@ def test_tool_writes_the_report(tmp_path, tool, checkpoint, capsys):
         '--out-dir', str(out), '--families', 'softmax', 'linear',
         '--grid', 'permutation,trained_attention', '16,32', '4', '1',
         '--grid', 'permutation', '16', '2,4', '1', '--budget', '16', '5', '2',
-        '--budget', '32', '3', '1', '--feature-dim', '8',
+        '--budget', '32', '3', '1', '--feature-dim', '24', '--inputs', 'random,positional',
         '--show-seqlen', '16', '--attention-config', VIT, '--attention-checkpoint',
         checkpoint, '--attention-layer', '1', '--attention-head', '2', '--no-progress'])
-    assert sorted(paths) == ['block_error_vs_seqlen.png', 'error_vs_seqlen.png',
-                             'error_vs_width.png', 'matrices.png', 'report.json',
-                             'report.md']
+    assert sorted(paths) == ['error_vs_seqlen.png', 'error_vs_width.png',
+                             'matrices.png', 'report.json', 'report.md']
     for name, path in paths.items():
         if name.endswith('.png'):
             with Image.open(path) as image:
                 assert image.format == 'PNG'
     data = json.load(open(paths['report.json']))
     assert data['meta']['trained_attention']['head'] == 2
-    assert len(data['fits']) == 2 * (2 * 2 + 1)
+    assert not osp.isabs(data['meta']['trained_attention']['checkpoint'])
+    assert len(data['fits']) == 2 * 2 * (2 * 2 + 1)
+    assert {f['inputs'] for f in data['fits']} == {'random', 'positional'}
     # the trained target's floors are those of the model's own attention
     cfg = Config.fromfile(VIT)
     T = trained_attention(load_backbone(cfg, checkpoint), cfg, 32, layer=1, head=2)
     from mmdinomamba.analysis.expressivity_targets import rank_floors
     fit = next(f for f in data['fits'] if f['target'] == 'trained_attention' and
-               f['seqlen'] == 32 and f['family'] == 'linear')
+               f['seqlen'] == 32 and f['family'] == 'linear' and
+               f['inputs'] == 'random')
     assert fit['floor'] == pytest.approx(rank_floors(T, [4])[4], abs=1e-12)
     assert 'report:' in capsys.readouterr().out
 

@@ -5,9 +5,11 @@ import json
 import os.path as osp
 import re
 
+import numpy as np
 import pytest
 
 from mmdinomamba.analysis import recipe
+from mmdinomamba.analysis.comparison import repo_relative
 from mmdinomamba.analysis.recipe import COMPARE_MODELS, SEQ256_MODELS
 
 NAMES = [m.name for m in COMPARE_MODELS]
@@ -56,7 +58,8 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
         # "random init" is the run's own start (InitialWeightsHook's init.pth):
         # the report's k-NN of it equals the hook's at iteration 0, same images
         random = models[f'{name}-random']
-        assert random['checkpoint'] == osp.join(work, f'{name}_init.pth')
+        assert random['checkpoint'] == repo_relative(osp.join(work, f'{name}_init.pth'))
+        assert not random['checkpoint'].startswith('/')
         assert 100 * random['knn']['mean'] == pytest.approx(float(start.group(1)),
                                                             abs=0.006)
         # each probe row is its tools/train.py run's own validation (mmpretrain's
@@ -70,7 +73,8 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
                         if 'accuracy/top1' in line]
             assert len(top1) == 1
             assert 100 * model['probe']['mean'] == pytest.approx(top1[0], abs=1e-4)
-            assert model['probe_checkpoint'] == osp.join(probe_dir, 'epoch_1.pth')
+            assert model['probe_checkpoint'] == repo_relative(
+                osp.join(probe_dir, 'epoch_1.pth'))
             assert f'{name}-{row}: top-1 on the held-out images {top1[0]:.1f} %' in out
     assert {m['kind'] for m in report['models']} == {'softmax', 'ssd', 'linear', 'mlla'}
     assert all(m['depth'] == 2 for m in report['models'])
@@ -81,6 +85,40 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
     for pair in report['pairs']:
         assert pair['knn']['mean'] == pytest.approx(
             models[pair['model']]['knn']['mean'] - models[pair['base']]['knn']['mean'])
+        # beside it, the teacher's paired gain over the centre prior
+        ref = models[pair['model']]['reference']['attention']
+        assert set(ref) == {'grey', 'gain_over_grey', 'gain_over_prior'}
+    # the data has no centre bias by default: the stamp names the placement
+    with open(osp.join(str(tmp_path / 'data'), 'toy_data.json')) as f:
+        assert json.load(f)['placement'] == 'uniform'
+    assert 'uniform placement' in out
+    # the reference rows: the centre prior once, the grey image per model, and the
+    # per-image values behind every paired gain in the JSON
+    prior = report['reference']['centred_gaussian']
+    assert len(prior['per_image']) == 12 and prior['sigma'] == 0.25
+    for model in report['models']:
+        per_image = model['per_image']
+        assert len(per_image['knn']) == 12
+        for method in ('attention', 'cosine'):
+            own = np.array(per_image['auc'][method], dtype=float)
+            grey = np.array(per_image['auc_grey'][method], dtype=float)
+            gain = model['reference'][method]['gain_over_grey']
+            keep = ~(np.isnan(own) | np.isnan(grey))
+            assert gain['mean'] == pytest.approx((own - grey)[keep].mean())
+    # the paired gains between the teachers, each with its order word
+    teachers = [f'{n}-dino' for n in NAMES]
+    assert [(p['model'], p['base']) for p in report['between']] == [
+        (b, a) for i, a in enumerate(teachers) for b in teachers[i + 1:]]
+    for pair in report['pairs'] + report['between']:
+        for measure, word in pair['order'].items():
+            gain = pair['knn'] if measure == 'knn' else pair['auc'][measure]
+            assert word == ('better' if gain['low'] > 0 else 'worse'
+                            if gain['high'] < 0 else 'tie')
+    with open(osp.join(work, 'report', 'report.md')) as f:
+        text = f.read()
+    assert '## Reference maps (last block)' in text and '| *centre prior* |' in text
+    assert '## Between the models (last block, paired)' in text
+    assert '/tmp' not in json.dumps(report) and str(tmp_path) not in text
     for name in ('report.md', 'auc_vs_depth.png', 'rank_vs_depth.png',
                  'activation_maps.png'):
         assert osp.getsize(osp.join(work, 'report', name)) > 0

@@ -1,21 +1,22 @@
 """The expressivity probe: fit each token mixer's own matrix to known targets.
 
 Writes ``report.md``, ``report.json`` and the figures ``error_vs_seqlen.png``,
-``block_error_vs_seqlen.png``, ``error_vs_width.png`` and ``matrices.png`` to
+``error_vs_width.png`` and ``matrices.png`` (those with something to draw) to
 ``--out-dir`` (see docs/expressivity.md)::
 
-    python tools/analysis/expressivity.py --out-dir work_dirs/expressivity \\
-        --attention-config configs/compare/dino_vit-d192-l12-p8_1xb128-20e_toy-rich.py \\
-        --attention-checkpoint work_dirs/expressivity/vit_teacher_e10.pth
+    OMP_NUM_THREADS=1 python tools/analysis/expressivity.py \\
+        --out-dir docs/images/expressivity
 
 Without ``--grid`` the sweep is ``DEFAULT_GRIDS``
 (:mod:`mmdinomamba.analysis.expressivity_sweep`). ``--grid TARGETS SEQLENS WIDTHS
 HEADS`` (comma-separated lists, repeatable) replaces it, e.g.
-``--grid permutation,band_1d 64,128 16 1``. The 'trained_attention' target needs
+``--grid permutation,band_1d 64,128 16 1``, with the inputs of ``--inputs``
+(``random``, ``positional`` or both). The 'trained_attention' target needs
 ``--attention-config`` and ``--attention-checkpoint``: one head of one block of
 that model, on an image whose patch grid has L cells.
 """
 import argparse
+import os.path as osp
 import sys
 from functools import partial
 
@@ -37,11 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar=('TARGETS', 'SEQLENS', 'WIDTHS', 'HEADS'),
                         help='targets x sequence lengths x widths x heads, each a '
                         'comma-separated list; repeatable (default: DEFAULT_GRIDS)')
-    parser.add_argument('--budget', nargs=3, type=int, action='append',
-                        metavar=('MAX_SEQLEN', 'STEPS', 'RESTARTS'),
-                        help='evaluations and restarts per fit up to MAX_SEQLEN '
-                        'tokens; repeatable (default: the tiers of '
-                        'mmdinomamba.analysis.expressivity_sweep.Budget)')
+    parser.add_argument('--budget', nargs='+', type=int, action='append',
+                        metavar='N',
+                        help='MAX_SEQLEN STEPS RESTARTS [MAX_EVALUATIONS]: evaluations '
+                        'of each start, random restarts and the most evaluations '
+                        'of a fit up to MAX_SEQLEN tokens; repeatable (default: '
+                        'the tiers of mmdinomamba.analysis.expressivity_sweep.Budget)')
+    parser.add_argument('--inputs', default='random',
+                        help='kinds of token input of the --grid grids, '
+                        "comma-separated: 'random', 'positional' (default: random)")
+    parser.add_argument('--tol', type=float, default=1e-3,
+                        help='the convergence rule: the budget doubles until the '
+                        'best fit gains less than this (default: 1e-3)')
     parser.add_argument('--feature-dim', type=int, default=128,
                         help='width of the fixed token features')
     parser.add_argument('--seed', type=int, default=0)
@@ -65,16 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def grids_from_args(specs) -> tuple:
-    """Grids from the ``--grid`` quadruples (``DEFAULT_GRIDS`` without any)."""
+def grids_from_args(specs, inputs: str = 'random') -> tuple:
+    """Grids from the ``--grid`` quadruples and ``--inputs`` (``DEFAULT_GRIDS``
+    without any)."""
     from mmdinomamba.analysis.expressivity_sweep import DEFAULT_GRIDS, Grid
     if not specs:
         return DEFAULT_GRIDS
     grids = []
     for targets, seqlens, widths, heads in specs:
         grids.append(Grid(tuple(targets.split(',')), _ints(seqlens), _ints(widths),
-                          _ints(heads)))
+                          _ints(heads), tuple(inputs.split(','))))
     return tuple(grids)
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the working directory when inside it (reports hold
+    no absolute paths of the machine that made them), else its base name."""
+    rel = osp.relpath(osp.abspath(path))
+    return rel if not rel.startswith('..') else osp.basename(path)
 
 
 def main(argv=None) -> dict:
@@ -87,7 +103,7 @@ def main(argv=None) -> dict:
     args.families = args.families or list(FAMILIES)
     try:
         check_device(args.device)
-        grids = grids_from_args(args.grid)
+        grids = grids_from_args(args.grid, args.inputs)
         budget = Budget(tuple(tuple(t) for t in args.budget)) if args.budget \
             else Budget()
         needs_model = any('trained_attention' in g.targets for g in grids)
@@ -110,14 +126,17 @@ def main(argv=None) -> dict:
                              image=args.image, seed=args.seed)
         results = run_sweep(args.families, grids, budget, args.feature_dim, args.seed,
                             args.memory_limit_gb, loader, args.show_seqlen or None,
-                            progress=not args.no_progress, device=args.device)
+                            progress=not args.no_progress, device=args.device,
+                            tol=args.tol)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f'expressivity: {err}')
     if needs_model:
         results['meta']['trained_attention'] = dict(
-            config=args.attention_config, checkpoint=args.attention_checkpoint,
+            config=shown_path(args.attention_config),
+            checkpoint=shown_path(args.attention_checkpoint),
             layer=args.attention_layer, head=args.attention_head,
-            image=args.image or f'rich toy image (seed {args.seed})')
+            image=shown_path(args.image) if args.image
+            else f'rich toy image (seed {args.seed})')
     paths = write_expressivity_report(results, args.out_dir, args.title)
     print('report: ' + ', '.join(sorted(paths.values())))
     return paths
