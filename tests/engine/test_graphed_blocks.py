@@ -190,7 +190,11 @@ def test_graphed_mlla_training_steps_equal_eager_steps_with_drop_path():
         torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
         for g, e in zip(grads_g, grads_e):
             torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
-    assert not torch.equal(want[0][0], want[1][0])
+    # the steps differ from each other (new drop-path draws each step); the loss
+    # cannot show it: the last stage ends in a LayerNorm of unit weight and zero bias,
+    # so the mean square of its output is 1 whatever the mask, but the gradients do
+    assert not all(torch.equal(a, b) for a, b in zip(want[0][1], want[1][1])
+                   if a is not None)
 
 
 def _train_steps(model, inputs, steps, seed, set_to_none=True):

@@ -4,6 +4,8 @@ their PyTorch twins: each kernel alone, the mixer (fused path against
 gradients, in float32 (TF32 off: IEEE rounding, far below 1e-4) and under bf16
 autocast (the projections round to bf16, 2^-9 each: 2e-2 catches any wrong term).
 """
+import copy
+
 import pytest
 import torch
 
@@ -29,7 +31,11 @@ def no_tf32():
 
 
 def rel(a, b):
+    """Relative distance; two tensors that are both exactly zero (a parameter a
+    configuration leaves without gradient) are at distance 0."""
     a, b = a.double(), b.double()
+    if not b.any():
+        return a.norm().item()
     return ((a - b).norm() / b.norm()).item()
 
 
@@ -89,16 +95,25 @@ def test_mixer_fused_path_is_the_ref_backend(cfg, amp):
 
 
 def test_mlla_fused_path_is_the_ref_backend():
+    """The whole backbone, eval mode, float32: the fused path may round differently
+    from the ref path, not compute something else. The network amplifies float32
+    rounding (its gradients move by ~1e-3 between two float32 paths), so both are
+    measured against the ref path in float64, and the fused path's distance may be at
+    most a few times the float32 ref path's own."""
     torch.manual_seed(0)
     arch = dict(embed_dims=32, depths=[1, 2, 2, 1], num_heads=[2, 4, 8, 16],
                 mlp_ratio=2.0)
-    fast = MLLA(arch=arch, drop_path_rate=0.0).cuda()
+    fast = MLLA(arch=arch, drop_path_rate=0.0).cuda().eval()
     slow = MLLA(arch=arch, drop_path_rate=0.0,
-                mixer_cfg=dict(attn_backend='ref')).cuda()
+                mixer_cfg=dict(attn_backend='ref')).cuda().eval()
     slow.load_state_dict(fast.state_dict())
+    exact = copy.deepcopy(slow).double()
     x = torch.randn(2, 3, 96, 128, device='cuda')
-    a, b = fast(x)[0], slow(x)[0]
-    assert rel(a, b) < FP32_TOL
-    ga = torch.autograd.grad(a.square().sum(), list(fast.parameters()))
-    gb = torch.autograd.grad(b.square().sum(), list(slow.parameters()))
-    assert max(rel(p, q) for p, q in zip(ga, gb)) < 1e-3
+    outs, grads = [], []
+    for model, inp in ((fast, x), (slow, x), (exact, x.double())):
+        out = model(inp)[0]
+        grads.append(torch.cat([g.flatten().double() for g in torch.autograd.grad(
+            out.square().sum(), list(model.parameters()))]))
+        outs.append(out.double())
+    assert rel(outs[0], outs[2]) <= 4 * rel(outs[1], outs[2]) + 1e-7
+    assert rel(grads[0], grads[2]) <= 4 * rel(grads[1], grads[2]) + 1e-7
