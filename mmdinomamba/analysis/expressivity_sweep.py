@@ -82,12 +82,11 @@ class Budget:
             ones; ``max_evaluations`` the most a fit may spend, its starts and
             rounds together (a fit that stops there is reported as not
             converged). The default: 200 evaluations a start, one random
-            restart and at most 2400 at L = 64; 100, one and 1600 at 128; 80,
-            one and 640 at 256 (the documented sweep in about 20 minutes of
-            one core).
+            restart and at most 4800 at L = 64; 100, one and 3200 at 128; 80,
+            one and 1280 at 256.
     """
-    tiers: Tuple[Tuple[int, ...], ...] = ((64, 200, 1, 2400), (128, 100, 1, 1600),
-                                          (256, 80, 1, 640))
+    tiers: Tuple[Tuple[int, ...], ...] = ((64, 200, 1, 4800), (128, 100, 1, 3200),
+                                          (256, 80, 1, 1280))
 
     def __post_init__(self):
         if not self.tiers:
