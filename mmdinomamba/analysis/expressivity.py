@@ -97,7 +97,8 @@ Tensor = torch.Tensor
 
 __all__ = ['CONTAINS', 'FAMILIES', 'Family', 'FitResult', 'INPUTS', 'ProbeModel',
            'check_device', 'check_family', 'check_fit_args', 'contained_cells',
-           'family_floors', 'fit_matrix', 'has_offdiag_block', 'position_features',
+           'family_floors', 'fit_matrix', 'has_offdiag_block', 'nested_state', 'nests',
+           'position_features',
            'probe_memory_bytes', 'sample_matrix', 'token_features']
 
 
@@ -494,6 +495,72 @@ def contained_cells(family: str, width: int, heads: int,
         for name, nested_widths in CONTAINS[family]:
             if other == name and (w <= width if nested_widths else w == width):
                 out.append((other, w, h))
+    return out
+
+
+def nests(family: str, width: int, heads: int, inner: Tuple[str, int, int]) -> bool:
+    """Whether :func:`nested_state` turns a fit of ``inner`` (family, width,
+    heads) into parameters of (family, width, heads): the SSDs with one head,
+    a causal or equal family at a width <= width."""
+    other, w, h = inner
+    return (family in ('ssd_causal', 'ssd_bidirectional') and heads == h == 1 and
+            w <= width and (other == family or other == 'ssd_causal') and
+            (other, w) != (family, width))
+
+
+@torch.no_grad()
+def nested_state(family: str, width: int, inner: Tuple[str, int, int],
+                 state: Dict[str, Tensor], features: Tensor) -> Dict[str, Tensor]:
+    """The parameters of (family, width, one head) whose M is that of the
+    contained fit ``state`` of ``inner`` (:func:`nests`): the N' = w' state
+    channels, the values and the gate copied into the first of N = w, the
+    others' projections and convolutions at 0 (B = C = SiLU(0) = 0 there, and
+    u's new channels 0); a causal fit in a bidirectional model has its
+    backward convolution at 0 and D_b = 0 (M_b = 0) and twice the head
+    weight (M = (M_f + M_b) / 2). The returned dict loads into a
+    :class:`ProbeModel` (its features included)."""
+    other, w0, _ = inner
+    if not nests(family, width, 1, inner):
+        raise ValueError(f'{other} at N = {w0} does not nest in {family} at N = {width}')
+    model = ProbeModel(family, width, 1, features)
+    out = model.state_dict()
+    n0, n = w0, width
+    i0, i = 2 * w0, 2 * width  # inner widths (expand 2)
+    W0, W = state['mixer.in_proj.weight'], torch.zeros_like(out['mixer.in_proj.weight'])
+    # in_proj rows [z, x, B, C, dt]; columns u
+    for r0, r, size in ((0, 0, i0), (i0, i, i0), (2 * i0, 2 * i, n0),
+                        (2 * i0 + n0, 2 * i + n, n0), (2 * i0 + 2 * n0, 2 * i + 2 * n, 1)):
+        W[r:r + size, :w0] = W0[r0:r0 + size]
+    out['mixer.in_proj.weight'] = W
+    E = torch.zeros_like(out['embed.weight'])
+    E[:w0] = state['embed.weight']
+    out['embed.weight'] = E
+    for direction in ('forward', 'backward'):
+        names = _SSD_NAMES[direction]
+        if f"mixer.{names['conv1d']}.weight" not in out:
+            continue
+        source = direction if f"mixer.{names['conv1d']}.weight" in state else None
+        for part in ('weight', 'bias'):
+            key = f"mixer.{names['conv1d']}.{part}"
+            if key not in out:
+                continue
+            new = torch.zeros_like(out[key])
+            if source is not None:  # conv channels [x, B, C]
+                old = state[key]
+                for r0, r, size in ((0, 0, i0), (i0, i, n0), (i0 + n0, i + n, n0)):
+                    new[r:r + size] = old[r0:r0 + size]
+            out[key] = new
+        for name in ('dt_bias', 'A_log', 'D'):
+            key = f'mixer.{names[name]}'
+            if source is not None:
+                out[key] = state[key].clone()
+            elif name == 'D':
+                out[key] = torch.zeros_like(out[key])
+            else:  # the backward direction off: any step and decay
+                out[key] = state[f"mixer.{_SSD_NAMES['forward'][name]}"].clone()
+    both = 'mixer.conv1d_b.weight' in out
+    out['head_weights'] = state['head_weights'] * (
+        2.0 if both and 'mixer.conv1d_b.weight' not in state else 1.0)
     return out
 
 
@@ -923,7 +990,7 @@ class FitResult:
 
     Attributes:
         family (str), width (int), heads (int), seqlen (int): the cell.
-        starts (list[str]): each start's name ('constructive', 'warm',
+        starts (list[str]): each start's name ('constructive', 'contained', 'warm',
             'seed <s>').
         errors (list[float]): relative error of each start after the base
             budget, float64; never above its initial error (a start that the
@@ -1143,6 +1210,7 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                floors: Optional[Dict[str, Dict[int, float]]] = None,
                features: Optional[Tensor] = None, feature_dim: int = 64,
                warm_start: Optional[Dict[str, Tensor]] = None,
+               contained_start: Optional[Dict[str, Tensor]] = None,
                device='cpu', constructive: bool = True,
                tol: float = CONVERGENCE_TOL, max_steps: Optional[int] = None,
                bounds: Optional[Dict[str, float]] = None) -> FitResult:
@@ -1175,6 +1243,9 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
         features (Tensor, optional): X, (seqlen, feature_dim); None for
             :func:`token_features` (seqlen, ``feature_dim``, ``seed``).
         feature_dim (int): width of the default features. Defaults to 64.
+        contained_start (dict, optional): parameters of this family from the
+            best fit of a family it contains (:func:`nested_state`), for one
+            more start ('contained').
         warm_start (dict, optional): parameters (a :attr:`FitResult.state`,
             e.g. the fit of the same family and width to a shorter sequence:
             none of them depends on L) for one more start.
@@ -1219,6 +1290,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
     starts = []
     if constructive and family in STARTS and heads == 1:
         starts.append('constructive')
+    if contained_start is not None:
+        starts.append('contained')
     if warm_start is not None:
         starts.append('warm')
     starts += [f'seed {seed + r}' for r in range(restarts)]
@@ -1239,6 +1312,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
             STARTS[family](model, T64)
         elif name == 'warm':
             model.load_state_dict(dict(warm_start, features=model.features))
+        elif name == 'contained':
+            model.load_state_dict(dict(contained_start, features=model.features))
         model = model.to(device)
         M = model()
         if not M.requires_grad:

@@ -367,10 +367,16 @@ def test_sweep_reports_intervals_containment_and_writes_the_report(tmp_path):
                                                   else (6, 2))
         # the constructive start (one head), the warm start, the random ones
         warm = fit['seqlen'] == 24 and fit['target'] != 'permutation'
+        # a nested start from the SSD of a smaller N, or from the causal SSD
+        contained = fit['heads'] == 1 and any(
+            ex.nests(fit['family'], fit['width'], 1, (f, w, 1))
+            for f, w in (('ssd_causal', 2), ('ssd_causal', 4),
+                         ('ssd_bidirectional', 2)) if w <= fit['width'] and
+            (f, fit['target'], fit['seqlen'], w, 1, fit['inputs']) in by_cell)
         assert fit['starts'] == (
             ['constructive'] if fit['family'] in ex.STARTS and
-            fit['heads'] == 1 else []) + (['warm'] if warm else []) + \
-            [f'seed {r}' for r in range(fit['restarts'])]
+            fit['heads'] == 1 else []) + (['contained'] if contained else []) + \
+            (['warm'] if warm else []) + [f'seed {r}' for r in range(fit['restarts'])]
         assert fit['warm_start_from'] == (16 if warm else None)
         assert len(fit['errors']) == len(fit['starts'])
         assert fit['evaluations'] >= fit['steps'] * len(fit['starts']) // 2
@@ -771,3 +777,24 @@ def test_ssd_constructive_start_meets_an_ssd_matrix_of_the_family(family):
     # (initial errors from the float32 M, the others from M in float64)
     assert result.best <= result.initial_errors[0] + 1e-6
     assert all(e <= i + 1e-6 for e, i in zip(result.errors, result.initial_errors))
+
+
+@pytest.mark.parametrize('inner,outer', [(('ssd_causal', 2, 1), ('ssd_causal', 4)),
+                                         (('ssd_causal', 4, 1), ('ssd_bidirectional', 4)),
+                                         (('ssd_causal', 2, 1), ('ssd_bidirectional', 4)),
+                                         (('ssd_bidirectional', 2, 1),
+                                          ('ssd_bidirectional', 4))])
+def test_nested_state_holds_the_contained_matrix(inner, outer):
+    """A contained SSD's parameters written into the containing one (zero state
+    channels; the backward direction off) give the same M, element for element
+    (the same float32 products, with zeros added)."""
+    X = token_features(20, 16, seed=0)
+    torch.manual_seed(5)
+    small = ProbeModel(inner[0], inner[1], 1, X)
+    state = {k: v for k, v in small.state_dict().items() if k != 'features'}
+    big = ProbeModel(outer[0], outer[1], 1, X)
+    big.load_state_dict(ex.nested_state(*outer, inner, state, X))
+    with torch.no_grad():
+        torch.testing.assert_close(big(), small(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match='does not nest'):
+        ex.nested_state('ssd_causal', 4, ('ssd_bidirectional', 2, 1), state, X)
