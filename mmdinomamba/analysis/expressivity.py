@@ -34,8 +34,10 @@ w (D_QK or the state size N) and H heads::
   weight per channel in the same way. A mixer on a token grid gets the grid
   :func:`~.expressivity_targets.grid_shape` (L), tokens in raster order.
 - Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
-  from several starts (the family's constructive start, :data:`STARTS`; a warm
-  start; random draws), each within ``steps`` evaluations (a forward and
+  from several starts (the family's constructive start, :data:`STARTS`; a
+  contained family's fit, :func:`nested_state`; a warm start; random draws;
+  a start the optimiser leaves worse keeps its initialisation), each within
+  ``steps`` evaluations (a forward and
   backward pass each); the best start then goes on in rounds of doubling
   budget until a round gains less than ``tol`` (the convergence rule). Within
   each: Adam (lr
