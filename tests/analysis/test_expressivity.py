@@ -757,7 +757,8 @@ def test_ssd_constructive_start_meets_an_ssd_matrix_of_the_family(family):
     N / 2 pre-activations of B and of C); bidirectional, the mean of a forward
     and a backward scan of N / 4 channels each, with their own decays. (Float64
     generators; the model runs in float32 with head weights up to ~1e2:
-    measured 1e-4 and 2e-6.) The fit from it reports no worse."""
+    measured 7e-7 causal, 5e-4 bidirectional.) The fit from it reports no
+    worse."""
     g = torch.Generator().manual_seed(1)
     L, N = 48, 8
     if family == 'ssd_causal':
