@@ -34,8 +34,10 @@ w (D_QK or the state size N) and H heads::
   weight per channel in the same way. A mixer on a token grid gets the grid
   :func:`~.expressivity_targets.grid_shape` (L), tokens in raster order.
 - Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
-  from several starts (the family's constructive start, :data:`STARTS`; a warm
-  start; random draws), each within ``steps`` evaluations (a forward and
+  from several starts (the family's constructive start, :data:`STARTS`; a
+  contained family's fit, :func:`nested_state`; a warm start; random draws;
+  a start the optimiser leaves worse keeps its initialisation), each within
+  ``steps`` evaluations (a forward and
   backward pass each); the best start then goes on in rounds of doubling
   budget until a round gains less than ``tol`` (the convergence rule). Within
   each: Adam (lr
@@ -97,7 +99,8 @@ Tensor = torch.Tensor
 
 __all__ = ['CONTAINS', 'FAMILIES', 'Family', 'FitResult', 'INPUTS', 'ProbeModel',
            'check_device', 'check_family', 'check_fit_args', 'contained_cells',
-           'family_floors', 'fit_matrix', 'has_offdiag_block', 'position_features',
+           'family_floors', 'fit_matrix', 'has_offdiag_block', 'nested_state', 'nests',
+           'position_features',
            'probe_memory_bytes', 'sample_matrix', 'token_features']
 
 
@@ -497,6 +500,72 @@ def contained_cells(family: str, width: int, heads: int,
     return out
 
 
+def nests(family: str, width: int, heads: int, inner: Tuple[str, int, int]) -> bool:
+    """Whether :func:`nested_state` turns a fit of ``inner`` (family, width,
+    heads) into parameters of (family, width, heads): the SSDs with one head,
+    a causal or equal family at a width <= width."""
+    other, w, h = inner
+    return (family in ('ssd_causal', 'ssd_bidirectional') and heads == h == 1 and
+            w <= width and (other == family or other == 'ssd_causal') and
+            (other, w) != (family, width))
+
+
+@torch.no_grad()
+def nested_state(family: str, width: int, inner: Tuple[str, int, int],
+                 state: Dict[str, Tensor], features: Tensor) -> Dict[str, Tensor]:
+    """The parameters of (family, width, one head) whose M is that of the
+    contained fit ``state`` of ``inner`` (:func:`nests`): the N' = w' state
+    channels, the values and the gate copied into the first of N = w, the
+    others' projections and convolutions at 0 (B = C = SiLU(0) = 0 there, and
+    u's new channels 0); a causal fit in a bidirectional model has its
+    backward convolution at 0 and D_b = 0 (M_b = 0) and twice the head
+    weight (M = (M_f + M_b) / 2). The returned dict loads into a
+    :class:`ProbeModel` (its features included)."""
+    other, w0, _ = inner
+    if not nests(family, width, 1, inner):
+        raise ValueError(f'{other} at N = {w0} does not nest in {family} at N = {width}')
+    model = ProbeModel(family, width, 1, features)
+    out = model.state_dict()
+    n0, n = w0, width
+    i0, i = 2 * w0, 2 * width  # inner widths (expand 2)
+    W0, W = state['mixer.in_proj.weight'], torch.zeros_like(out['mixer.in_proj.weight'])
+    # in_proj rows [z, x, B, C, dt]; columns u
+    for r0, r, size in ((0, 0, i0), (i0, i, i0), (2 * i0, 2 * i, n0),
+                        (2 * i0 + n0, 2 * i + n, n0), (2 * i0 + 2 * n0, 2 * i + 2 * n, 1)):
+        W[r:r + size, :w0] = W0[r0:r0 + size]
+    out['mixer.in_proj.weight'] = W
+    E = torch.zeros_like(out['embed.weight'])
+    E[:w0] = state['embed.weight']
+    out['embed.weight'] = E
+    for direction in ('forward', 'backward'):
+        names = _SSD_NAMES[direction]
+        if f"mixer.{names['conv1d']}.weight" not in out:
+            continue
+        source = direction if f"mixer.{names['conv1d']}.weight" in state else None
+        for part in ('weight', 'bias'):
+            key = f"mixer.{names['conv1d']}.{part}"
+            if key not in out:
+                continue
+            new = torch.zeros_like(out[key])
+            if source is not None:  # conv channels [x, B, C]
+                old = state[key]
+                for r0, r, size in ((0, 0, i0), (i0, i, n0), (i0 + n0, i + n, n0)):
+                    new[r:r + size] = old[r0:r0 + size]
+            out[key] = new
+        for name in ('dt_bias', 'A_log', 'D'):
+            key = f'mixer.{names[name]}'
+            if source is not None:
+                out[key] = state[key].clone()
+            elif name == 'D':
+                out[key] = torch.zeros_like(out[key])
+            else:  # the backward direction off: any step and decay
+                out[key] = state[f"mixer.{_SSD_NAMES['forward'][name]}"].clone()
+    both = 'mixer.conv1d_b.weight' in out
+    out['head_weights'] = state['head_weights'] * (
+        2.0 if both and 'mixer.conv1d_b.weight' not in state else 1.0)
+    return out
+
+
 # --------------------------------------------------------------------------- #
 # Constructive starts
 # --------------------------------------------------------------------------- #
@@ -633,8 +702,288 @@ def _linear_start(model: 'ProbeModel', T: Tensor) -> None:
     model.head_weights.fill_(a)
 
 
+# the SiLU's least value is at z = SILU_MIN_ARG; the SSD start writes no entry
+# of B or C below SSD_START_MIN (a margin off the flat minimum)
+SILU_MIN_ARG = -1.2784645
+SSD_START_MIN = -0.2
+SSD_ALS_ITERS = 100
+# the largest decay per token the SSD start gives a direction
+SSD_DECAY_MAX = 30.0
+# the SSD's per-direction parameters (as SSDMixer names them)
+_SSD_NAMES = {
+    'forward': dict(conv1d='conv1d', dt_bias='dt_bias', A_log='A_log', D='D'),
+    'backward': dict(conv1d='conv1d_b', dt_bias='dt_b_bias', A_log='A_log_b', D='D_b'),
+}
+
+
+def _silu_inverse(y: Tensor) -> Tensor:
+    """z >= SILU_MIN_ARG with ``z sigmoid(z) = y`` (y above SiLU's least value),
+    by bisection (float64)."""
+    lo = torch.full_like(y, SILU_MIN_ARG)
+    hi = y.clamp(min=0) + 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        below = mid * torch.sigmoid(mid) < y
+        lo = torch.where(below, mid, lo)
+        hi = torch.where(below, hi, mid)
+    return (lo + hi) / 2
+
+
+def _masked_lstsq_rows(F: Tensor, E: Tensor, R: Tensor) -> Tensor:
+    """Rows x_i minimising ``sum_j (E_ij F_j . x_i - R_ij)^2`` over E's support
+    (a small ridge relative to the mean Gram trace: a row with few entries
+    gets the least-norm answer): (L, rank)."""
+    L, rank = R.shape[0], F.shape[1]
+    G = ((E * E) @ (F[:, :, None] * F[:, None, :]).reshape(F.shape[0], -1)).view(
+        L, rank, rank)
+    ridge = 1e-10 * float(G.diagonal(dim1=1, dim2=2).sum(-1).mean()) + 1e-300
+    rhs = (E * R) @ F
+    eye = torch.eye(rank, dtype=R.dtype)
+    return torch.linalg.solve(G + ridge * eye, rhs[..., None])[..., 0]
+
+
+def _lag_decay(T: Tensor) -> float:
+    """A decay per token for T's lower triangle: minus half the slope of the
+    log mean square of its k-th subdiagonal against k (least squares over the
+    lags 1 .. L / 2 with any energy), at least 0."""
+    L = T.shape[0]
+    lags, logs = [], []
+    for k in range(1, max(L // 2, 2)):
+        e = float(T.diagonal(-k).pow(2).mean()) if k < L else 0.0
+        if e > 0:
+            lags.append(k)
+            logs.append(math.log(e))
+    if len(lags) < 2:
+        return 0.0
+    x, y = torch.tensor(lags, dtype=torch.float64), torch.tensor(logs, dtype=torch.float64)
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / (x - x.mean()).pow(2).sum())
+    return min(max(-slope / 2, 0.0), SSD_DECAY_MAX)
+
+
+def _decay(L: int, lam: float, diagonal: bool, dtype=torch.float64) -> Tensor:
+    """``exp(-lam (i - j))`` on and below the diagonal (strictly below unless
+    ``diagonal``), 0 above: (L, L)."""
+    i = torch.arange(L, dtype=dtype)
+    lag = (i[:, None] - i[None, :]).clamp(min=0)
+    return torch.exp(-lam * lag).tril(0 if diagonal else -1)
+
+
+def _triangle_factors(T: Tensor, rank: int, lam: float, b: Optional[Tensor] = None,
+                      diagonal: bool = False, iters: int = SSD_ALS_ITERS):
+    """C, B (L, rank) with ``exp(-lam (i - j)) C_i . B_j`` closest to T_ij below
+    the diagonal (on it too if ``diagonal``), by alternating least squares on
+    those entries, C first, from ``B = b`` or else from the truncated SVD of
+    the block ``T[L/2:, :L/2]`` with the decay undone (so that a T whose
+    triangle is that of such a matrix of rank r is met after one sweep).
+    The decay only conditions the problem (any lam gives the same products,
+    ``C_i exp(-lam i)``, ``B_j exp(lam j)``: :func:`_gauge_decay`)."""
+    L = T.shape[0]
+    E = _decay(L, lam, diagonal, T.dtype)
+    if b is None:
+        m = L // 2
+        i = torch.arange(L, dtype=T.dtype)
+        undo = torch.exp((lam * (i[m:, None] - i[None, :m])).clamp(max=300.0))
+        _, S, Vh = torch.linalg.svd(T[m:, :m] * undo)
+        b = torch.zeros(L, rank, dtype=T.dtype)
+        k = min(rank, len(S))
+        b[:m, :k] = Vh[:k].T * S[:k].sqrt()
+    for _ in range(iters):
+        c = _masked_lstsq_rows(b, E, T)
+        b = _masked_lstsq_rows(c, E.T, T.T)
+    return c, b
+
+
+def _ssd_residual(T: Tensor, factors, d: float) -> float:
+    """``||tril(E o C B^T) + triu(E' o C' B'^T) + d I - T||_F`` (directions as
+    :func:`_ssd_factors` returns them; the diagonal is the directions' sum)."""
+    L = T.shape[0]
+    M = d * torch.eye(L, dtype=T.dtype)
+    for k, (c, b, lam) in enumerate(factors):
+        part = _decay(L, lam, True, T.dtype) * (c @ b.T)
+        M = M + (part.flip(0).flip(1) if k else part)
+    return float((M - T).norm())
+
+
+def _ssd_factors(T: Tensor, rank: int, two_sided: bool, rounds: int = 30):
+    """The best of :func:`_ssd_factors_at` with each direction's conditioning
+    decay at :func:`_lag_decay` of its triangle, at a quarter of it, or at 0
+    (a decay too strong for T makes the least squares ill-conditioned)."""
+    frames = [T] + ([T.flip(0).flip(1)] if two_sided else [])
+    estimate = [_lag_decay(F) for F in frames]
+    best = None
+    for share in (1.0, 0.25, 0.0):
+        factors, d = _ssd_factors_at(T, rank, [share * lam for lam in estimate], rounds)
+        err = _ssd_residual(T, factors, d)
+        if math.isfinite(err) and (best is None or err < best[0]):
+            best = (err, factors, d)
+        if share and not estimate[0] and not estimate[-1]:
+            break  # no decay: the other shares are the same
+    return best[1], best[2]
+
+
+def _ssd_factors_at(T: Tensor, rank: int, lams: Sequence[float], rounds: int = 30):
+    """The SSD's semiseparable generators of T:
+    ``T ~ tril(E o C B^T) + triu(E' o C' B'^T) + d I`` (the second term only if
+    two-sided: one lam per direction; E = ``exp(-lam (i - j))``),
+    each of rank r. First each strict triangle alone
+    (:func:`_triangle_factors`; the upper one as the lower triangle of T
+    flipped, the backward scan's order), then ``rounds`` of refits that add
+    the diagonal: ``d`` from the rows and columns that the triangles determine
+    (r <= i < L - r), each direction's diagonal what T's leaves to it.
+    Returns ([(C, B, lam) per direction, in its own order], d)."""
+    L = T.shape[0]
+    frames = [T] + ([T.flip(0).flip(1)] if len(lams) == 2 else [])
+    factors = [_triangle_factors(F, rank, lam) for F, lam in zip(frames, lams)]
+
+    def diagonals():  # each direction's C_i . B_i, in sequence order
+        out = [(c * b).sum(1) for c, b in factors]
+        return [out[0]] + [v.flip(0) for v in out[1:]]
+
+    inner = slice(rank, L - rank) if L > 2 * rank else slice(0, L)
+    d = float((T.diagonal() - sum(diagonals()))[inner].mean())
+    for _ in range(rounds):
+        for k, F in enumerate(frames):
+            diag = diagonals()
+            rest = T.diagonal() - d - sum(v for j, v in enumerate(diag) if j != k)
+            F = F.clone()
+            F.diagonal().copy_(rest.flip(0) if k else rest)
+            factors[k] = _triangle_factors(F, rank, lams[k], factors[k][1],
+                                           diagonal=True, iters=SSD_ALS_ITERS // 10)
+        d = float((T.diagonal() - sum(diagonals())).mean())
+    return [(c, b, lam) for (c, b), lam in zip(factors, lams)], d
+
+
+def _gauge_decay(C: Tensor, B: Tensor, lam0: float):
+    """The decay lam in [0, SSD_DECAY_MAX] per token that gives the products
+    ``exp(-lam0 (i - j)) C_i . B_j`` their least spread factors: with
+    ``C'_i = exp((lam - lam0) i) C_i``, ``B'_j = exp(-(lam - lam0) j) B_j``
+    (the same products at decay lam), the least ``log ||C'||_F + log ||B'||_F``
+    (convex in lam; golden section), C' and B' then scaled to equal norms.
+    Returns (lam, C', B')."""
+    L = C.shape[0]
+    i = torch.arange(L, dtype=C.dtype)
+    lc = torch.log(C.pow(2).sum(1).clamp(min=1e-300)) - 2 * lam0 * i
+    lb = torch.log(B.pow(2).sum(1).clamp(min=1e-300)) + 2 * lam0 * i
+
+    def spread(lam):
+        return float(torch.logsumexp(2 * lam * i + lc, 0) +
+                     torch.logsumexp(-2 * lam * i + lb, 0))
+
+    lo, hi = 0.0, SSD_DECAY_MAX
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(60):
+        x1, x2 = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if spread(x1) <= spread(x2):
+            hi = x2
+        else:
+            lo = x1
+    lam = (lo + hi) / 2
+    # balance: log ||C'|| = log ||B'||, in log space (no overflow)
+    shift = float(torch.logsumexp(2 * lam * i + lc, 0) -
+                  torch.logsumexp(-2 * lam * i + lb, 0)) / 4
+    C = C * torch.exp((lam - lam0) * i - shift)[:, None]
+    B = B * torch.exp(-(lam - lam0) * i + shift)[:, None]
+    return lam, C, B
+
+
+def _silu_range(C: Tensor, B: Tensor):
+    """C, B with each state channel's norms balanced and scaled so that no
+    entry is below SSD_START_MIN, and the product of the two scales."""
+    nc, nb = C.norm(dim=0), B.norm(dim=0)
+    ok = (nc > 0) & (nb > 0)
+    rho = torch.where(ok, (nb / nc.clamp(min=1e-300)).sqrt(), torch.ones_like(nc))
+    C, B = C * rho, B / rho
+    s_c = min(1.0, SSD_START_MIN / min(float(C.min()), -1e-300))
+    s_b = min(1.0, SSD_START_MIN / min(float(B.min()), -1e-300))
+    return s_c * C, s_b * B, s_c * s_b
+
+
+@torch.no_grad()
+def _ssd_start(model: 'ProbeModel', T: Tensor) -> None:
+    """The SSD from its semiseparable blocks. With a constant step per
+    direction (``dt``'s projection at 0, ``softplus(dt_bias) = delta``) and the
+    convolutions passing each token through (last tap 1), the causal SSD's M
+    is::
+
+        M = a (E o (C B^T) delta + D I)    E_ij = exp(-lam (i - j)), i >= j; 0 above
+                                           lam = delta exp(A_log), B = SiLU(u W_B)
+
+    The start fits T's triangle strictly below the diagonal by ``c_i . b_j`` of
+    rank r (:func:`_triangle_factors`), turns (c, b) into a decay and bounded
+    factors (:func:`_gauge_decay`: ``exp(-lam (i - j)) C_i . B_j = c_i . b_j``),
+    scales C and B into the SiLU's range and writes them through its inverse:
+    u carries the pre-activations, ``W_B``, ``W_C`` pick them out, and the
+    other state channels stay at SiLU(0) = 0. The head weight a undoes the
+    scales; D meets T's mean diagonal. Causal: r = N / 2 (u is N wide: r
+    channels of B and r of C). Bidirectional (M is the mean of the two
+    directions): the backward direction fits the triangle above the
+    diagonal on its own state channels, r = N / 4 each, each direction's
+    convolution passing only its own channels (with N < 4 the forward one
+    alone, r = N / 2, the backward convolution at 0). A family member of
+    these ranks is met to round-off (within the features' span: L <=
+    feature_dim; beyond, u is met in the least-squares sense and M is scaled
+    by its least-squares factor, so the start is never worse than 0)."""
+    mixer = model.mixer
+    N, inner, L = mixer.d_state, mixer.d_inner, T.shape[0]
+    directions = mixer.directions
+    # both directions with N / 4 channels each, or (N < 4) the forward one alone
+    fitted = directions if N // (2 * len(directions)) else directions[:1]
+    rank = N // (2 * len(fitted))
+    if rank == 0:
+        return
+    T = T.double()
+    kappa = 1.0 / len(directions)  # M = a mean_d M_d
+    W = mixer.in_proj.weight
+    W.zero_()
+    u = torch.zeros(L, N, dtype=T.dtype)
+    a, delta_f = None, 1.0
+    factors, _ = _ssd_factors(T, rank, len(fitted) == 2)
+    for d, direction in enumerate(directions):
+        names = _SSD_NAMES[direction]
+        conv = getattr(mixer, names['conv1d'])
+        conv.weight.zero_()  # a direction left off: B = C = SiLU(0) = 0
+        if conv.bias is not None:
+            conv.bias.zero_()
+        getattr(mixer, names['D']).zero_()
+        if d >= len(fitted):
+            continue
+        flip = direction == 'backward'
+        lam, C, B = _gauge_decay(*factors[d])
+        C, B, s = _silu_range(C, B)
+        if flip:  # back to sequence order: the backward scan reads it flipped
+            C, B = C.flip(0), B.flip(0)
+        if a is None:
+            a, delta = 1.0 / (kappa * s * delta_f), delta_f
+        else:
+            delta = 1.0 / (a * kappa * s)
+        channels = slice(d * rank, (d + 1) * rank)
+        cols_b = slice(2 * d * rank, (2 * d + 1) * rank)
+        cols_c = slice((2 * d + 1) * rank, (2 * d + 2) * rank)
+        u[:, cols_b], u[:, cols_c] = _silu_inverse(B), _silu_inverse(C)
+        eye = torch.eye(rank, dtype=W.dtype)
+        W[2 * inner:2 * inner + N][channels, cols_b] = eye
+        W[2 * inner + N:2 * inner + 2 * N][channels, cols_c] = eye
+        conv.weight[:inner, :, -1] = 1.0
+        for offset in (inner, inner + N):  # conv channels [x, B, C]
+            conv.weight[offset:offset + N][channels, :, -1] = 1.0
+        getattr(mixer, names['dt_bias']).fill_(math.log(math.expm1(delta)))
+        getattr(mixer, names['A_log']).fill_(math.log(max(lam, 1e-9) / delta))
+    _embed_inputs(model, u)
+    model.head_weights.fill_(a)
+    M0 = model().detach().double()
+    D = float((T.diagonal() - M0.diagonal()).mean()) / a
+    for direction in directions:
+        getattr(mixer, _SSD_NAMES[direction]['D']).fill_(D)
+    # the least-squares scale of the whole M: never worse than the zero matrix
+    # (with L > feature_dim the inputs are met only in the least-squares sense)
+    M = model().detach().double()
+    if torch.isfinite(M).all():
+        model.head_weights.mul_(_best_scale(M, T))
+
+
 # family -> constructive start ``(model, T) -> None`` (one head)
-STARTS: Dict[str, Callable] = {'softmax': _softmax_start, 'linear': _linear_start}
+STARTS: Dict[str, Callable] = {'softmax': _softmax_start, 'linear': _linear_start,
+                               'ssd_causal': _ssd_start, 'ssd_bidirectional': _ssd_start}
 
 
 @dataclass
@@ -643,10 +992,11 @@ class FitResult:
 
     Attributes:
         family (str), width (int), heads (int), seqlen (int): the cell.
-        starts (list[str]): each start's name ('constructive', 'warm',
+        starts (list[str]): each start's name ('constructive', 'contained', 'warm',
             'seed <s>').
         errors (list[float]): relative error of each start after the base
-            budget, float64.
+            budget, float64; never above its initial error (a start that the
+            optimiser leaves worse keeps its initialisation).
         initial_errors (list[float]): the same at each start's initialisation.
         best (float): the best error found (after the convergence rounds);
             inf if no start gave a finite matrix.
@@ -862,6 +1212,7 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
                floors: Optional[Dict[str, Dict[int, float]]] = None,
                features: Optional[Tensor] = None, feature_dim: int = 64,
                warm_start: Optional[Dict[str, Tensor]] = None,
+               contained_start: Optional[Dict[str, Tensor]] = None,
                device='cpu', constructive: bool = True,
                tol: float = CONVERGENCE_TOL, max_steps: Optional[int] = None,
                bounds: Optional[Dict[str, float]] = None) -> FitResult:
@@ -894,6 +1245,9 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
         features (Tensor, optional): X, (seqlen, feature_dim); None for
             :func:`token_features` (seqlen, ``feature_dim``, ``seed``).
         feature_dim (int): width of the default features. Defaults to 64.
+        contained_start (dict, optional): parameters of this family from the
+            best fit of a family it contains (:func:`nested_state`), for one
+            more start ('contained').
         warm_start (dict, optional): parameters (a :attr:`FitResult.state`,
             e.g. the fit of the same family and width to a shorter sequence:
             none of them depends on L) for one more start.
@@ -938,6 +1292,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
     starts = []
     if constructive and family in STARTS and heads == 1:
         starts.append('constructive')
+    if contained_start is not None:
+        starts.append('contained')
     if warm_start is not None:
         starts.append('warm')
     starts += [f'seed {seed + r}' for r in range(restarts)]
@@ -958,6 +1314,8 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
             STARTS[family](model, T64)
         elif name == 'warm':
             model.load_state_dict(dict(warm_start, features=model.features))
+        elif name == 'contained':
+            model.load_state_dict(dict(contained_start, features=model.features))
         model = model.to(device)
         M = model()
         if not M.requires_grad:
@@ -968,12 +1326,16 @@ def fit_matrix(target: Tensor, family: str, width: int, heads: int = 1,
         result.starts.append(name)
         result.initial_errors.append(_relative_error(M.detach().double().cpu(), T64)
                                      if torch.isfinite(M).all() else math.inf)
+        initial = copy.deepcopy(model.state_dict())
         if fam.linear_part:
             model.project(T32)
         result.evaluations += _minimise(model, loss_of, steps)
         if fam.linear_part:
             model.set_linear_part()
         error, _ = _evaluate(model, T64)
+        if not error <= result.initial_errors[-1]:  # never worse than the start
+            model.load_state_dict(initial)
+            error, _ = _evaluate(model, T64)
         result.errors.append(error)
         if best_model is None or error < best_error:
             best_model, best_error, result.best_start = model, error, name

@@ -21,7 +21,10 @@ Containment is enforced: a family's cell is never reported worse than a cell it
 contains (:data:`~.expressivity.CONTAINS`: a smaller width or fewer heads,
 the causal SSD inside the bidirectional one, MLLA inside MLLA with LePE) on the
 same target, L and inputs; a cell that takes the contained cell's fit says so
-(``inherited_from``). A fit above 1 (worse than the zero matrix) is "no fit".
+(``inherited_from``); where the parameters nest (the SSDs: a smaller N, the
+causal SSD in the bidirectional one), the fit also starts from the contained
+cell's best fit (:func:`~.expressivity.nested_state`, start 'contained'). A
+fit above 1 (worse than the zero matrix) is "no fit".
 :class:`Budget` sets the base evaluations and random restarts per fit by L;
 restarts also start from the best parameters of the same family, target,
 width, heads and inputs at the previous L (no parameter depends on L), except
@@ -40,7 +43,7 @@ from mmengine.logging import print_log
 
 from .expressivity import (FAMILIES, INPUTS, check_device, check_family,
                            check_fit_args, contained_cells, family_floors, fit_matrix,
-                           has_offdiag_block, token_features)
+                           has_offdiag_block, nested_state, nests, token_features)
 from .expressivity_targets import (TARGETS, build_target, causal_floor, check_target,
                                    offdiag_block, rank_floors)
 
@@ -82,12 +85,11 @@ class Budget:
             ones; ``max_evaluations`` the most a fit may spend, its starts and
             rounds together (a fit that stops there is reported as not
             converged). The default: 200 evaluations a start, one random
-            restart and at most 2400 at L = 64; 100, one and 1600 at 128; 80,
-            one and 640 at 256 (the documented sweep in about 20 minutes of
-            one core).
+            restart and at most 4800 at L = 64; 100, one and 3200 at 128; 80,
+            one and 1280 at 256.
     """
-    tiers: Tuple[Tuple[int, ...], ...] = ((64, 200, 1, 2400), (128, 100, 1, 1600),
-                                          (256, 80, 1, 640))
+    tiers: Tuple[Tuple[int, ...], ...] = ((64, 200, 1, 4800), (128, 100, 1, 3200),
+                                          (256, 80, 1, 1280))
 
     def __post_init__(self):
         if not self.tiers:
@@ -273,6 +275,8 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
     warm_seqlen: Dict[tuple, int] = {}
     # (target, L, inputs) -> {(family, width, heads): (best, matrix)}
     done: Dict[tuple, Dict[tuple, tuple]] = {}
+    # (target, L, inputs) -> {(family, width, heads): (own best fit, its parameters)}
+    states: Dict[tuple, Dict[tuple, tuple]] = {}
     base = grids[0]
     for index, cell in enumerate(cells, 1):
         key = (cell.target, cell.seqlen)
@@ -311,15 +315,26 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
         if TARGETS[cell.target].random:  # a new draw at each L: nothing to carry over
             warm.pop(line, None)
             warm_seqlen.pop(line, None)
+        # a start from the best fit of a contained family whose parameters nest
+        group_states = states.setdefault((cell.target, cell.seqlen, cell.inputs), {})
+        nested = [(error, inner) for inner, (error, _) in group_states.items()
+                  if nests(cell.family, cell.width, cell.heads, inner)]
+        contained = None
+        if nested:
+            inner = min(nested)[1]
+            contained = nested_state(cell.family, cell.width, inner,
+                                     group_states[inner][1], features[fkey])
         result = fit_matrix(T, cell.family, cell.width, cell.heads, steps=steps,
                             restarts=restarts, seed=seed, memory_limit_gb=memory_limit_gb,
-                            keep_matrix=keep, floors=floors,
+                            keep_matrix=keep, floors=floors, contained_start=contained,
                             features=features[fkey], warm_start=warm.get(line),
                             device=device, tol=tol, bounds=bounds[bound_key],
                             max_steps=budget.cap(cell.seqlen))
         warm_from = warm_seqlen.get(line)
         if result.state is not None:
             warm[line], warm_seqlen[line] = result.state, cell.seqlen
+            group_states[(cell.family, cell.width, cell.heads)] = (result.best,
+                                                                   result.state)
         # containment: never worse than a contained family's cell
         group = done.setdefault((cell.target, cell.seqlen, cell.inputs), {})
         reported, matrix, inherited = result.reported, result.matrix, None
