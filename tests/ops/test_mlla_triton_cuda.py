@@ -15,19 +15,10 @@ from mmdinomamba.models.mixers.positional import rope_2d_table
 from mmdinomamba.ops.mlla import (mlla_features, mlla_features_auto, mlla_output,
                                   mlla_output_ref, rope_head_table)
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures('no_tf32')]
 
 FP32_TOL = 1e-4
 BF16_TOL = 2e-2
-
-
-@pytest.fixture(autouse=True)
-def no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def rel(a, b):

@@ -19,19 +19,10 @@ from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.ops import add_rms_norm, rms_norm, ssd_chunked
 from tests.helpers.reference_data import MAMBAR, VIM, load_reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures('no_tf32')]
 
 FP32_TOL = 1e-4
 BF16_TOL = 2e-2
-
-
-@pytest.fixture(autouse=True)
-def no_tf32():
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def rel(a, b):
