@@ -22,11 +22,12 @@ def mlla(**kwargs):
 
 
 def per_call(model):
-    """The slow twin: every mixer call builds its own RoPE table (as
-    benchmarks/benchmark.py's ``rope_tables='per-call'``)."""
+    """The slow twin: every mixer call builds its own RoPE table (the stages'
+    ``share_rope_table`` switch, which the benchmark's ``mlla-*-rope-per-call``
+    models turn off)."""
     slow = copy.deepcopy(model)
     for stage in slow.layers:
-        stage.rope_table = lambda hw, like: None
+        stage.share_rope_table = False
     return slow
 
 
@@ -103,7 +104,9 @@ def test_mlla_builds_one_table_per_stage(monkeypatch):
         model(x)
         assert calls == [(16, 16), (8, 8), (4, 4), (2, 2)]
         calls.clear()
-        per_call(model)(x)
+        slow = per_call(model)
+        assert all(stage.rope_table((16, 16), x) is None for stage in slow.layers)
+        slow(x)
     assert len(calls) == sum(ARCH['depths'])
 
 

@@ -284,10 +284,16 @@ class MLLAStage(nn.Module):
         if downsample is not None:
             self.downsample = PatchMerging(dim) if downsample == 'mbconv' \
                 else SwinPatchMerging(dim)
+        # the switch to the slow twin: False has every mixer call build its own
+        # RoPE table (the same numbers, one table per block instead of per stage)
+        self.share_rope_table = True
 
     def rope_table(self, hw: Grid, like: Tensor) -> Optional[RopeTable]:
         """The RoPE table every block of the stage uses on the grid ``hw`` (their
-        mixers share the width), for tokens like ``like``; None without RoPE."""
+        mixers share the width), for tokens like ``like``; None without RoPE, or
+        when :attr:`share_rope_table` is False (each mixer then builds its own)."""
+        if not self.share_rope_table:
+            return None
         return self.blocks[0].attn.rope_table(hw, like)
 
 
