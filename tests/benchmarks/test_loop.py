@@ -6,16 +6,18 @@ import os.path as osp
 import pytest
 from mmengine.config import Config
 
+from benchmarks import names
+from benchmarks.modes import loop as loop_mode
+
 
 @pytest.fixture(scope='module')
 def bench(load_tool):
-    module = load_tool('benchmarks/benchmark.py')
-    module.load_runtime()  # what parse_args does once the arguments are parsed
-    return module
+    """The command line (its modes are the modules imported above)."""
+    return load_tool('benchmarks/benchmark.py')
 
 
 def test_loop_config_trains_the_shipped_config_for_the_timed_epoch(bench, tmp_path):
-    cfg, batch = bench.loop_config(bench.CLS_CONFIGS['mlla-tiny'], 'cls', str(tmp_path),
+    cfg, batch = loop_mode.loop_config(names.CLS_CONFIGS['mlla-tiny'], 'cls', str(tmp_path),
                                    iters=30, batch=4, size=1024, workers=3,
                                    log_interval=10, compile_mode='max-autotune')
     loader = cfg.train_dataloader
@@ -34,7 +36,7 @@ def test_loop_config_trains_the_shipped_config_for_the_timed_epoch(bench, tmp_pa
                                         mode='max-autotune', dynamic=False)
     # the baselines' configs come from mmpretrain's package, at their own batch
     for name in ('vit-base', 'swin-tiny'):
-        cfg, batch = bench.loop_config(bench.CLS_CONFIGS[name], 'cls', str(tmp_path),
+        cfg, batch = loop_mode.loop_config(names.CLS_CONFIGS[name], 'cls', str(tmp_path),
                                        iters=20, size=224)
         assert batch == cfg.train_dataloader.batch_size == 64
         assert cfg.model.backbone.img_size == 224
@@ -45,13 +47,13 @@ def test_loop_config_trains_the_shipped_config_for_the_timed_epoch(bench, tmp_pa
 def test_a_compiled_dino_run_is_the_compile_config(bench, tmp_path):
     """``dinovim-tiny+compile`` in the DINO loop trains what the shipped -compile
     config says (its hooks: the graphed blocks, then both backbones compiled)."""
-    config = osp.join(bench.CONFIG_DIR, bench.DINO_CONFIGS['dinovim-tiny'])
-    cfg, batch = bench.loop_config(config, 'dino', str(tmp_path), iters=20,
+    config = osp.join(names.CONFIG_DIR, names.DINO_CONFIGS['dinovim-tiny'])
+    cfg, batch = loop_mode.loop_config(config, 'dino', str(tmp_path), iters=20,
                                    compile_mode='reduce-overhead')
     shipped = Config.fromfile(config.replace('-amp-100e', '-amp-compile-100e'))
     assert cfg.custom_hooks == shipped.custom_hooks and batch == 48
     with pytest.raises(ValueError, match='--size sets a classification crop'):
-        bench.loop_config(config, 'dino', str(tmp_path), iters=20, size=224)
+        loop_mode.loop_config(config, 'dino', str(tmp_path), iters=20, size=224)
 
 
 LOG = """12/05 10:43:37 - mmengine - INFO - Config: data_time_limit = 3
@@ -62,13 +64,13 @@ Epoch(train) [1][30/30]  lr: 1e-3  eta: 0:00:00  time: 0.3000  data_time: 0.0300
 
 
 def test_read_train_log_skips_the_first_window(bench):
-    res = bench.read_train_log(LOG)
+    res = loop_mode.read_train_log(LOG)
     assert res['windows'] == [0.5, 0.1, 0.3]
     assert res['s_iter'] == pytest.approx(0.2) and res['data_time'] == pytest.approx(0.02)
     assert res['peak_gib'] == 3.0  # MiB of the highest window
-    cpu = bench.read_train_log(LOG.replace('memory: ', 'mem '))
+    cpu = loop_mode.read_train_log(LOG.replace('memory: ', 'mem '))
     assert cpu['peak_gib'] is None and cpu['s_iter'] == pytest.approx(0.2)
-    one = bench.read_train_log(LOG.splitlines()[1])
+    one = loop_mode.read_train_log(LOG.splitlines()[1])
     assert 'two' in one['error'] and 's_iter' not in one
 
 
@@ -77,29 +79,29 @@ def test_ratios_refer_to_the_baseline_with_the_same_compile(bench):
             dict(model='vit-base+compile', img_s=200.0),
             dict(model='mlla-tiny+compile', img_s=100.0),
             dict(model='swin-tiny', error='OOM')]
-    bench.add_loop_ratios(rows, 'vit-base')
+    loop_mode.add_loop_ratios(rows, 'vit-base')
     assert [r.get('img_s_vs_baseline') for r in rows] == [1.0, 0.5, 1.0, 0.5, None]
     assert rows[3]['baseline'] == 'vit-base+compile'
     del rows[2]  # no compiled baseline: the eager one
-    bench.add_loop_ratios(rows, 'vit-base')
+    loop_mode.add_loop_ratios(rows, 'vit-base')
     assert rows[2]['img_s_vs_baseline'] == 1.0 and rows[2]['baseline'] == 'vit-base'
 
 
 def test_the_baseline_joins_unless_named(bench, tmp_path, monkeypatch):
     """ViT-B is measured first, unless the call names it (eager or compiled); a
     run that fails is reported and the next one runs."""
-    monkeypatch.setattr(bench, 'loop_config',
+    monkeypatch.setattr(loop_mode, 'loop_config',
                         lambda config, *args: (Config(dict(name=config)), 2))
-    monkeypatch.setattr(bench, 'synthetic_images', lambda root, n: None)
+    monkeypatch.setattr(loop_mode, 'synthetic_images', lambda root, n: None)
     failed = type('Done', (), dict(returncode=1))
-    monkeypatch.setattr(bench.subprocess, 'run', lambda cmd, **kwargs: failed())
+    monkeypatch.setattr(loop_mode.subprocess, 'run', lambda cmd, **kwargs: failed())
     kwargs = dict(root=str(tmp_path), work_dir=str(tmp_path), iters=20)
     for names, measured in [
             (['mlla-t'], ['vit-base', 'mlla-tiny']),
             (['vit-b+compile', 'mlla-t+compile'], ['vit-base+compile',
                                                    'mlla-tiny+compile']),
             (['mlla-t', 'vit-base'], ['mlla-tiny', 'vit-base'])]:
-        rows = bench.run_loop(names, 'cls', **kwargs)
+        rows = loop_mode.run_loop(names, 'cls', **kwargs)
         assert [r['model'] for r in rows] == measured
         assert all('tools/train.py exited with 1' in r['error'] for r in rows)
 
@@ -107,13 +109,13 @@ def test_the_baseline_joins_unless_named(bench, tmp_path, monkeypatch):
 def test_loop_refuses_what_it_cannot_measure(bench, tmp_path):
     kwargs = dict(root=str(tmp_path), work_dir=str(tmp_path), iters=20)
     with pytest.raises(ValueError, match=r"no cls config for \['dinovim-tiny'\]"):
-        bench.run_loop(['mlla-t', 'dinovim-t+compile'], 'cls', **kwargs)
+        loop_mode.run_loop(['mlla-t', 'dinovim-t+compile'], 'cls', **kwargs)
     with pytest.raises(ValueError, match='fewer than two logged windows of 10'):
-        bench.run_loop(['mlla-t'], 'cls', str(tmp_path), str(tmp_path), iters=19)
+        loop_mode.run_loop(['mlla-t'], 'cls', str(tmp_path), str(tmp_path), iters=19)
     with pytest.raises(ValueError, match='amp must be one of'):
-        bench.run_loop(['mlla-t'], 'cls', amp='int8', **kwargs)
+        loop_mode.run_loop(['mlla-t'], 'cls', amp='int8', **kwargs)
     with pytest.raises(ValueError, match='task must be one of'):
-        bench.run_loop(['mlla-t'], 'seg', **kwargs)
+        loop_mode.run_loop(['mlla-t'], 'seg', **kwargs)
     with pytest.raises(ValueError, match='--amp none cannot take AMP out'):
         bench.main(['--amp', 'none', 'loop', '--models', 'mlla-t'])
     assert not list(tmp_path.iterdir())  # refused before writing anything

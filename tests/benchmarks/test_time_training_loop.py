@@ -7,14 +7,15 @@ import subprocess
 
 import pytest
 
+from benchmarks.modes import loop as loop_mode
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 @pytest.fixture(scope='module')
 def bench(load_tool):
-    module = load_tool('benchmarks/benchmark.py')
-    module.load_runtime()  # what parse_args does once the arguments are parsed
-    return module
+    """The command line (its modes are the modules imported above)."""
+    return load_tool('benchmarks/benchmark.py')
 
 
 def run_script(tmp_path, *models, **env):
@@ -41,7 +42,7 @@ def test_the_loop_runs_the_dino_configs_through_the_benchmark(bench, tmp_path):
     assert (args.train_iters, args.workers) == (20, 3)
     assert (args.root, args.work_dir) == (str(tmp_path / 'data'), str(tmp_path / 'work'))
     assert args.models == ['vit-base', 'dinovim-base', 'dinovim-tiny+compile']
-    configs = bench.task_configs('dino')
+    configs = loop_mode.task_configs('dino')
     for name in args.models:
         assert osp.isfile(configs[name.replace('+compile', '')]), name
     # the defaults: the three DinoVim sizes (ViT-B joins as the baseline)

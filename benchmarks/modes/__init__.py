@@ -1,0 +1,1 @@
+"""The benchmark modes, one module each (``python benchmarks/benchmark.py MODE``)."""
