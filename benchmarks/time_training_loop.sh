@@ -14,7 +14,7 @@ usage() {
   cat <<'TXT'
 usage: benchmarks/time_training_loop.sh [MODEL ...]
 
-MODEL: a name of benchmarks/benchmark.py's MODELS with a DINO config
+MODEL: a model name of mmdinomamba.zoo with a DINO config
 (dinovim-tiny, dinovim-small, dinovim-base, dinomamba-reg-base, linearvit-base,
 vit-base) or its short alias (dinovim-t, reg-b, ...); MODEL+compile compiles
 both backbones (reduce-overhead). Default: dinovim-base dinovim-small dinovim-tiny.
