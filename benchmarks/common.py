@@ -75,8 +75,10 @@ def host_ms(fn: Callable[[], object], device: torch.device, repeats: int) -> Lis
     figure is the time until ``fn`` returns, while the GPU may still be running
     what it issued. It is the host's cost of a step only when ``fn`` itself never
     waits for the device (no ``.item()``, no loss-scaler check) and the GPU keeps
-    up; :func:`run_dino_steps` measures the host cost of steps that do wait by
-    running them on two images instead (then the GPU waits for the host).
+    up; the ``dino-step`` mode
+    (:func:`benchmarks.modes.dino_step.run_dino_steps`) measures the host cost of
+    steps that do wait by running them on two images instead (then the GPU waits
+    for the host).
     """
     times = []
     for _ in range(repeats):

@@ -169,7 +169,8 @@ def run_dino_steps(configs: Dict[str, str], device: torch.device, warmup: int,
     every config but the baseline's, unless ``compile_baseline``; ``graph_blocks``
     to every config (True: graphs, False: eager, None: as each config says; the
     baseline's ViT has no graphed blocks). ``rounds``: as in
-    :func:`run_models`, the configs take turns and each keeps its best round."""
+    :func:`benchmarks.modes.models.run_models`, the configs take turns and each
+    keeps its best round."""
     rows = in_rounds(lambda: _measure_dino_all(configs, device, warmup, repeats, iters,
                                                baseline, host_batch, compile_mode,
                                                compile_baseline, graph_blocks),

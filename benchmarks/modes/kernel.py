@@ -29,7 +29,8 @@ def ssd_inputs(batch: int, seqlen: int, nheads: int, headdim: int, dstate: int,
 def run_kernel(backends: Sequence[str], batch: int, seqlen: int, nheads: int,
                headdim: int, dstate: int, ngroups: int, device: torch.device,
                dtype: torch.dtype, warmup: int, repeats: int, iters: int) -> List[dict]:
-    """Forward and forward+backward milliseconds of :func:`ssd` per backend."""
+    """Forward and forward+backward milliseconds of
+    :func:`mmdinomamba.ops.ssd_scan` per backend."""
     gen = torch.Generator().manual_seed(0)
     inputs = ssd_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, device, dtype,
                         gen)

@@ -29,7 +29,7 @@ LOOP_AMP_FLAGS = {None: [], 'bf16': ['--amp', '--amp-dtype', 'bfloat16'],
 def task_configs(task: str, config_dir: str = CONFIG_DIR) -> Dict[str, str]:
     """The loop's configs by model name: ``'dino'`` the shipped DINO pretraining
     configs (files of ``config_dir``), ``'cls'`` the ImageNet classification
-    configs (:data:`CLS_CONFIGS`)."""
+    configs (:data:`benchmarks.names.CLS_CONFIGS`)."""
     if task == 'dino':
         return {name: osp.join(config_dir, f) for name, f in DINO_CONFIGS.items()}
     if task == 'cls':
