@@ -188,3 +188,31 @@ def test_compiled_equals_eager():
         torch.testing.assert_close(c, e, rtol=1e-12, atol=1e-12)
     for c, e in zip(grads_c, grads_e):
         torch.testing.assert_close(c, e, rtol=1e-10, atol=1e-12)
+
+
+def test_every_block_reads_contiguous_tokens_and_convs_read_channels_last():
+    """The stem and the downsampling MBConvs run channels-last and hand on
+    contiguous tokens, so no block works on strided tokens (on a GPU a strided
+    residual stream turns every add into a non-vectorised kernel and every
+    depthwise conv into a layout copy), for an even and an odd grid."""
+    model = mlla().eval()
+    seen = []
+
+    def block_input(module, args):
+        seen.append(('block', args[0].is_contiguous()))
+
+    def conv_input(module, args):
+        seen.append(('conv', args[0].is_contiguous(memory_format=torch.channels_last)))
+
+    for stage in model.layers:
+        for block in stage.blocks:
+            block.register_forward_pre_hook(block_input)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Conv2d) and module.in_channels > 3:
+            module.register_forward_pre_hook(conv_input)
+    for size in (64, 56):  # grids 16, 8, 4, 2 and 14, 7, 4, 2
+        seen.clear()
+        with torch.no_grad():
+            model(torch.randn(2, 3, size, size))
+        assert {kind for kind, _ in seen} == {'block', 'conv'}
+        assert all(ok for _, ok in seen), [kind for kind, ok in seen if not ok]

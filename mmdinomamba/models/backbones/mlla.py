@@ -87,6 +87,19 @@ def _check_choice(name: str, value: str, choices: Tuple[str, ...]) -> None:
         raise ValueError(f'MLLA: unknown {name} {value!r}; choose one of {choices}')
 
 
+def _channels_last(grid: Tensor) -> Tensor:
+    """(batch, C, H, W) stored channels-last: the tokens' own layout, so cuDNN's
+    NHWC kernels and BatchNorm's channels-last kernels run without layout copies."""
+    return grid.contiguous(memory_format=torch.channels_last)
+
+
+def _tokens(grid: Tensor) -> Tensor:
+    """(batch, C, H, W) -> contiguous tokens (batch, H * W, C); a view of a
+    channels-last grid. Contiguous tokens keep every later elementwise op, and
+    the strides it passes on, on the vectorised dense path."""
+    return grid.flatten(2).transpose(1, 2).contiguous()
+
+
 def _depthwise(dim: int) -> nn.Conv2d:
     return nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
 
@@ -122,9 +135,9 @@ class Stem(nn.Module):
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Grid]:
         x = F.pad(x, (0, -x.shape[-1] % 4, 0, -x.shape[-2] % 4))
-        x = self.conv1(x)
+        x = self.conv1(_channels_last(x))
         x = self.conv3(self.conv2(x) + x)
-        return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])
+        return _tokens(x), tuple(x.shape[-2:])
 
 
 class PatchStem(nn.Module):
@@ -181,8 +194,10 @@ class PatchMerging(nn.Module):
     def forward(self, x: Tensor, hw: Grid) -> Tuple[Tensor, Grid]:
         h, w = hw
         grid = x.transpose(1, 2).unflatten(-1, (h, w))
-        grid = self.conv(F.pad(grid, (0, w % 2, 0, h % 2)))
-        return grid.flatten(2).transpose(1, 2), tuple(grid.shape[-2:])
+        if h % 2 or w % 2:
+            grid = F.pad(grid, (0, w % 2, 0, h % 2))
+        grid = self.conv(_channels_last(grid))
+        return _tokens(grid), tuple(grid.shape[-2:])
 
 
 class MLLABlock(nn.Module):
