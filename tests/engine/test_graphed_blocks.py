@@ -75,16 +75,70 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(fake_ca
     assert len(captures) == 3
 
 
-def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(fake_captures):
-    captures, _ = fake_captures
+def test_beyond_max_signatures_the_least_recently_used_graph_is_freed(fake_captures):
+    """An LRU bound: a new signature on a full cache frees the graph used longest
+    ago (nothing holds it after: its pool goes with it), with one warning; the
+    replays stay the eager numbers."""
+    import gc
+    import weakref
+    captures, replays = fake_captures
     blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
+    stack = gb._Stack(blocks.layers, False)
+    inputs = {n: torch.randn(1, n, 64) for n in (4, 5, 6, 7)}
     with torch.no_grad():
-        for n in (4, 5, 4):
+        for n in (4, 5, 4):  # 4 is now the most recently used
+            blocks(inputs[n], training=False)
+        first = {k[0][1]: weakref.ref(f) for k, f in blocks._graphs.items()}
+        with pytest.warns(UserWarning, match='more than 2 input signatures; the least '
+                          'recently used'):
+            out = blocks(inputs[6], training=False)  # frees 5's graph
+        torch.testing.assert_close(out, stack(inputs[6]), rtol=0, atol=0)
+        gc.collect()
+        assert first[5]() is None and first[4]() is not None
+        blocks(inputs[7], training=False)  # frees 4's, no second warning
+        blocks(inputs[6], training=False)  # a replay
+        out = blocks(inputs[5], training=False)  # captured again, frees 7's
+        torch.testing.assert_close(out, stack(inputs[5]), rtol=0, atol=0)
+    assert [shape[1] for shape, _ in captures] == [4, 5, 6, 7, 5]
+    assert [shape[1] for shape in replays] == [4, 5, 4, 6, 7, 6, 5]
+    assert [k[0][1] for k in blocks._graphs] == [6, 5] and blocks.evictions == 3
+
+
+def test_capture_after_runs_a_signature_eagerly_until_it_recurs(fake_captures):
+    captures, replays = fake_captures
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2,
+                              capture_after=2)
+    with torch.no_grad():
+        for n in (4, 5, 4, 6, 4, 5):
             blocks(torch.randn(1, n, 64), training=False)
-        with pytest.warns(UserWarning, match='2 input signatures captured'):
-            blocks(torch.randn(1, 6, 64), training=False)
-        blocks(torch.randn(1, 7, 64), training=False)  # eager, no second warning
-    assert [shape for shape, _ in captures] == [(1, 4, 64), (1, 5, 64)]
+    # 4 captured on its second call, 5 on its second; 6 (once) never
+    assert [shape[1] for shape, _ in captures] == [4, 5]
+    assert [shape[1] for shape in replays] == [4, 4, 5]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match='capture_after must be a positive int'):
+            gb.GraphedBlocks(blocks.layers, capture_after=bad)
+
+
+def test_inference_graphs_take_any_blocks_outputs_and_leave_training_eager(
+        fake_captures):
+    """``graph_blocks(training=False)``: no-grad calls replay, for the last block
+    and for a dense model's feature maps (one signature per set of blocks, the
+    eager numbers); calls that need a gradient run eagerly."""
+    captures, replays = fake_captures
+    model = tiny(drop_path_rate=0.0, layers=4).eval()
+    twin = copy.deepcopy(model)
+    gb.graph_blocks(model, training=False, max_signatures=4)
+    tokens = torch.randn(2, 18, 64)
+    with torch.no_grad():
+        for indices in ([3], [0, 2, 3], [1, 3], [0, 2, 3]):
+            for a, b in zip(model.forward_tokens(tokens, indices),
+                            twin.forward_tokens(tokens, indices)):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert captures == [((2, 18, 64), False)] * 3 and len(replays) == 4
+    keys = list(model.stack_runner.graphs._graphs)
+    assert [k[-1] for k in keys] == [((3, ), ), ((1, 3), ), ((0, 2, 3), )]  # LRU order
+    model.forward_tokens(tokens, [3])[0].sum().backward()  # grad: eager
+    assert len(captures) == 3 and model.layers[0].norm.weight.grad is not None
 
 
 def test_frozen_input_with_trainable_blocks_is_a_training_signature(fake_captures):
