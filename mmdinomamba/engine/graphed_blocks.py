@@ -20,10 +20,15 @@ does).
 * No grad (DINO's teacher): the forward alone is captured.
 
 Each signature has its own memory pool, so graphs of different signatures can be
-replayed in any order. At most ``max_signatures`` graphs are kept, least recently
-used first out: a new signature on a full cache frees the graph (and its pool) of
-the signature used longest ago, so a dense pipeline whose input sizes vary keeps
-a bounded number of pools; with ``capture_after`` 2 or more a signature is
+replayed in any order. At most ``max_signatures`` graphs are kept. Inference
+runners (``graph_blocks(training=False)``: testing, the inferencers, benchmarks)
+evict the least recently used: a new signature on a full cache frees the graph
+(and its pool) of the signature used longest ago, so a dense pipeline whose input
+sizes change keeps a bounded number of pools. Training runners keep their first
+``max_signatures`` captures and run further signatures eagerly: a training capture
+holds a step's activations and costs a few steps, and multi-scale training makes
+a new size nearly every step, which under eviction would capture nearly every
+step. With ``capture_after`` 2 or more a signature is
 captured only once it recurs, so sizes seen once (a detector's rare image shapes)
 run eagerly instead of paying a capture each (a capture costs a few eager passes:
 the warm-up and the capture). A replay returns copies of the graph's outputs (one
@@ -97,8 +102,10 @@ class GraphedBlocks:
         warmup (int): eager iterations before each capture. Defaults to 3.
         max_signatures (int): captures kept at most (each holds its own memory:
             inputs of many sizes, as multi-scale training or whole-image testing
-            make, must not pile them up); a new signature beyond them frees the
-            least recently used one's graph. Defaults to 8.
+            make, must not pile them up). Defaults to 8.
+        evict (bool): what a new signature on a full cache does: True frees the
+            least recently used signature's graph and captures it; False runs
+            it eagerly. Defaults to False.
         capture_after (int): calls of a signature before it is captured (the
             earlier ones run eagerly); 1 captures on the first call. Defaults to 1.
         training (bool): whether calls that need a gradient replay graphs; False
@@ -108,7 +115,7 @@ class GraphedBlocks:
     def __init__(self, layers: nn.ModuleList,
                  run: Optional[Callable[[Tensor], Tuple[Tensor, Tensor]]] = None,
                  warmup: int = 3, max_signatures: int = 8, capture_after: int = 1,
-                 training: bool = True):
+                 training: bool = True, evict: bool = False):
         for name, value in (('max_signatures', max_signatures),
                             ('capture_after', capture_after)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -120,6 +127,7 @@ class GraphedBlocks:
         self.max_signatures = max_signatures
         self.capture_after = capture_after
         self.training = training
+        self.evict = evict
         # signature -> replay function, least recently used first
         self._graphs: 'OrderedDict[tuple, object]' = OrderedDict()
         # signature -> calls so far, of signatures not captured (bounded, oldest out)
@@ -188,8 +196,8 @@ class GraphedBlocks:
 
     def _admit(self, key: tuple) -> bool:
         """Whether the uncaptured signature ``key`` is captured now: on its
-        ``capture_after``-th call; the least recently used graph is freed first
-        when ``max_signatures`` are kept."""
+        ``capture_after``-th call, if fewer than ``max_signatures`` are kept or
+        ``evict`` frees the least recently used one's graph."""
         calls = self._seen.pop(key, 0) + 1
         if calls < self.capture_after:
             self._seen[key] = calls
@@ -198,10 +206,15 @@ class GraphedBlocks:
             return False
         if len(self._graphs) >= self.max_signatures:
             if not self._full:
-                warnings.warn(f'GraphedBlocks: more than {self.max_signatures} input '
-                              'signatures; the least recently used one\'s graph is freed '
-                              'for each new one (raise max_signatures if sizes recur)')
+                warnings.warn(
+                    f'GraphedBlocks: more than {self.max_signatures} input signatures; '
+                    + ('the least recently used one\'s graph is freed for each new one '
+                       '(raise max_signatures if sizes recur)' if self.evict else
+                       'further ones run eagerly'))
                 self._full = True
+            if not self.evict:
+                self._seen[key] = calls
+                return False
             old, _ = self._graphs.popitem(last=False)
             if not self._pending.get(old):
                 self._pending.pop(old, None)
@@ -340,8 +353,8 @@ class GraphedStack:
     Args:
         backbone (nn.Module): has ``layers``, ``training`` and
             ``run_blocks(tokens, indices) -> [(h, residual), ...]`` (DinoVim).
-        **kwargs: ``warmup``, ``max_signatures``, ``capture_after`` and
-            ``training`` of :class:`GraphedBlocks`.
+        **kwargs: ``warmup``, ``max_signatures``, ``capture_after``,
+            ``training`` and ``evict`` of :class:`GraphedBlocks`.
     """
 
     def __init__(self, backbone: nn.Module, **kwargs):
@@ -370,14 +383,14 @@ class GraphedStages:
     """An MLLA's stage runner (its ``stage_runner`` seam) that replays each stage's
     blocks from CUDA graphs, one :class:`GraphedBlocks` per stage, keyed by the
     stage's grid too (inputs of another size capture again, up to
-    ``max_signatures`` per stage, least recently used first out); every other call (CPU inputs,
+    ``max_signatures`` per stage); every other call (CPU inputs,
     under ``torch.compile``) runs the stage's own way.
 
     Args:
         backbone (nn.Module): has ``layers`` (stages with ``blocks``), ``training``
             and ``run_stage(i, tokens, hw) -> tokens`` (MLLA).
-        **kwargs: ``warmup``, ``max_signatures``, ``capture_after`` and
-            ``training`` of :class:`GraphedBlocks`.
+        **kwargs: ``warmup``, ``max_signatures``, ``capture_after``,
+            ``training`` and ``evict`` of :class:`GraphedBlocks`.
     """
 
     def __init__(self, backbone: nn.Module, **kwargs):
@@ -406,26 +419,27 @@ def graph_blocks(model: nn.Module, enabled: bool = True, training: bool = True,
     Args:
         model (nn.Module): any model; its backbones are found by their seams.
         enabled (bool): False removes the runners. Defaults to True.
-        training (bool): whether calls that need a gradient replay graphs too;
-            False graphs inference only (no-grad calls: testing, a benchmark's
-            forward, DINO's teacher) and runs training calls eagerly. Defaults to
-            True.
+        training (bool): whether calls that need a gradient replay graphs too
+            (the captures beyond ``max_signatures`` then run eagerly); False
+            graphs inference only (no-grad calls: testing, a benchmark's forward),
+            runs training calls eagerly and evicts the least recently used graph
+            for a new signature beyond ``max_signatures``. Defaults to True.
         **kwargs: ``warmup``, ``max_signatures`` and ``capture_after`` of
-            :class:`GraphedBlocks`.
+            :class:`GraphedBlocks` (``max_signatures`` defaults to 8, and
+            ``capture_after`` to 1: capture on the first call).
 
     Inference at a few fixed sizes, as a benchmark runs it::
 
         graph_blocks(model, training=False, max_signatures=4)
     """
+    options = dict(training=training, evict=not training, **kwargs)
     names = []
     for name, module in model.named_modules():
         if hasattr(module, 'stack_runner'):
-            module.stack_runner = (GraphedStack(module, training=training, **kwargs)
-                                   if enabled else None)
+            module.stack_runner = (GraphedStack(module, **options) if enabled else None)
             names.append(name)
         elif hasattr(module, 'stage_runner'):
-            module.stage_runner = (GraphedStages(module, training=training, **kwargs)
-                                   if enabled else None)
+            module.stage_runner = (GraphedStages(module, **options) if enabled else None)
             names.append(name)
     return names
 

@@ -38,7 +38,8 @@ def test_testing_on_cuda_sets_inference_runners_with_the_test_bounds(stage, monk
     runner = Runner(model)
     getattr(CUDAGraphBlocksHook(test_max_signatures=5, test_capture_after=3), stage)(runner)
     blocks = model['backbone'].stack_runner.graphs
-    assert (blocks.training, blocks.max_signatures, blocks.capture_after) == (False, 5, 3)
+    assert (blocks.training, blocks.evict, blocks.max_signatures,
+            blocks.capture_after) == (False, True, 5, 3)
     assert '`backbone`' in runner.logs[0]
     # defaults
     model = tiny()
@@ -60,7 +61,8 @@ def test_a_training_run_keeps_its_runners_through_validation(monkeypatch):
     runner_before = model.stack_runner
     hook.before_val(Runner(model))
     assert model.stack_runner is runner_before
-    assert (runner_before.graphs.training, runner_before.graphs.max_signatures) == (True, 3)
+    blocks = runner_before.graphs
+    assert (blocks.training, blocks.evict, blocks.max_signatures) == (True, False, 3)
     # train=False: inference runners from the start, with the test bounds
     model = tiny()
     CUDAGraphBlocksHook(train=False).before_train(Runner(model))

@@ -75,14 +75,31 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(fake_ca
     assert len(captures) == 3
 
 
+def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(fake_captures):
+    """Without ``evict`` (training runners) the first captures stay."""
+    captures, _ = fake_captures
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
+    with torch.no_grad():
+        for n in (4, 5, 4):
+            blocks(torch.randn(1, n, 64), training=False)
+        with pytest.warns(UserWarning, match='more than 2 input signatures; further '
+                          'ones run eagerly'):
+            blocks(torch.randn(1, 6, 64), training=False)
+        blocks(torch.randn(1, 7, 64), training=False)  # eager, no second warning
+        blocks(torch.randn(1, 6, 64), training=False)  # eager again
+    assert [shape for shape, _ in captures] == [(1, 4, 64), (1, 5, 64)]
+    assert blocks.evictions == 0
+
+
 def test_beyond_max_signatures_the_least_recently_used_graph_is_freed(fake_captures):
-    """An LRU bound: a new signature on a full cache frees the graph used longest
+    """With ``evict`` (inference runners), an LRU bound: a new signature on a full cache frees the graph used longest
     ago (nothing holds it after: its pool goes with it), with one warning; the
     replays stay the eager numbers."""
     import gc
     import weakref
     captures, replays = fake_captures
-    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2,
+                              evict=True)
     stack = gb._Stack(blocks.layers, False)
     inputs = {n: torch.randn(1, n, 64) for n in (4, 5, 6, 7)}
     with torch.no_grad():
@@ -107,7 +124,7 @@ def test_beyond_max_signatures_the_least_recently_used_graph_is_freed(fake_captu
 def test_capture_after_runs_a_signature_eagerly_until_it_recurs(fake_captures):
     captures, replays = fake_captures
     blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2,
-                              capture_after=2)
+                              capture_after=2, evict=True)
     with torch.no_grad():
         for n in (4, 5, 4, 6, 4, 5):
             blocks(torch.randn(1, n, 64), training=False)
@@ -135,7 +152,9 @@ def test_inference_graphs_take_any_blocks_outputs_and_leave_training_eager(
                             twin.forward_tokens(tokens, indices)):
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert captures == [((2, 18, 64), False)] * 3 and len(replays) == 4
-    keys = list(model.stack_runner.graphs._graphs)
+    blocks = model.stack_runner.graphs
+    assert (blocks.training, blocks.evict, blocks.max_signatures) == (False, True, 4)
+    keys = list(blocks._graphs)
     assert [k[-1] for k in keys] == [((3, ), ), ((1, 3), ), ((0, 2, 3), )]  # LRU order
     model.forward_tokens(tokens, [3])[0].sum().backward()  # grad: eager
     assert len(captures) == 3 and model.layers[0].norm.weight.grad is not None

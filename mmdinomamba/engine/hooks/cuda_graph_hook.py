@@ -28,7 +28,9 @@ class CUDAGraphBlocksHook(Hook):
 
     * Training runs (``before_train``): training and no-grad calls (the teacher,
       validation) replay graphs, at most ``max_signatures`` per block stack (MLLA:
-      per stage). With ``train=False`` only the no-grad calls do, within the test
+      per stage): the first ones stay, further sizes run eagerly (a training
+      capture holds a step's activations; multi-scale training would replace one
+      nearly every step). With ``train=False`` only the no-grad calls do, within the test
       bounds below (for pipelines whose training sizes vary too much to keep a
       training capture, each a step's activations, per size).
     * Runs that only test or validate (``tools/test.py``: ``before_test``;
