@@ -372,3 +372,88 @@ def test_one_signature_gradients_are_not_the_graphs_buffers(set_to_none):
         torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
         for g, e in zip(grads_g, grads_e):
             torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
+
+
+def _inference_models(family):
+    """An eager model in eval mode and its twin with inference runners (at most 2
+    graphs, captured on the first call): DinoVim with a dense model's four
+    feature maps, or MLLA with its four stages."""
+    if family == 'dinovim':
+        eager = dinovim(64, 4, img_size=32, patch_size=8, drop_path_rate=0.2,
+                        out_indices=[0, 1, 2, 3], mixer_cfg=dict(d_state=16, headdim=32))
+    else:
+        eager = tiny_mlla(out_indices=(0, 1, 2, 3))
+    eager = eager.cuda().eval()
+    graphed = copy.deepcopy(eager)
+    assert gb.graph_blocks(graphed, training=False, max_signatures=2) == ['']
+    return eager, graphed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('family', ['dinovim', 'mlla'])
+def test_graphed_inference_equals_eager_across_sizes_and_an_eviction(family):
+    """Test mode (eval, no grad), fp32 and fp16 autocast: three input sizes
+    through a bound of 2 graphs (the third size frees the first one's graph, which
+    is captured again when it returns); every output equals eager's exactly (the
+    same kernels, replayed)."""
+    eager, graphed = _inference_models(family)
+    sizes = [(32, 32), (48, 64), (32, 32), (64, 32), (32, 32), (48, 64)]
+    runners = (graphed.stack_runner.graphs, ) if family == 'dinovim' else \
+        tuple(graphed.stage_runner.graphs)
+    for dtype in (None, torch.float16):
+        for h, w in sizes:
+            x = torch.randn(2, 3, h, w, device='cuda')
+            with torch.no_grad(), torch.autocast('cuda', dtype=dtype or torch.float16,
+                                                 enabled=dtype is not None):
+                got, want = graphed(x), eager(x)
+            assert len(got) == len(want) == 4
+            for g, e in zip(got, want):
+                torch.testing.assert_close(g, e, rtol=0, atol=0)
+    for blocks in runners:
+        assert len(blocks._graphs) == 2 and blocks.evictions > 0
+
+
+@pytest.mark.gpu
+def test_an_evicted_graph_hands_its_memory_back():
+    """A graph of a large input, freed by a capture of a small one (bound 1), takes
+    its pool with it: what stays reserved is about the small graph's. (The large
+    graph's static outputs alone, 8 of (64, 1025, 64) float32, take 134 MiB.)"""
+    import gc
+    eager, graphed = _inference_models('dinovim')
+    gb.graph_blocks(graphed, training=False, max_signatures=1)
+    del eager
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_reserved()
+    with torch.no_grad():
+        graphed(torch.randn(64, 3, 256, 256, device='cuda'))
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        large = torch.cuda.memory_reserved() - base
+        graphed(torch.randn(1, 3, 32, 32, device='cuda'))  # frees the large one
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    small = torch.cuda.memory_reserved() - base
+    assert large > 128 * 2**20  # the large pool is worth measuring
+    assert small < large / 8, (small, large)
+    assert graphed.stack_runner.graphs.evictions == 1
+
+
+@pytest.mark.gpu
+def test_the_hook_graphs_a_cuda_model_for_testing():
+    """``before_test`` on a CUDA model: inference runners, whose replays (after
+    the second call of a size) equal eager's."""
+    from mmdinomamba.engine.hooks import CUDAGraphBlocksHook
+    eager = tiny(layers=3).cuda().eval()
+    model = copy.deepcopy(eager)
+    logs = []
+    runner = type('R', (), dict(model=model, logger=type('L', (), {
+        'info': lambda s, msg: logs.append(msg)})()))()
+    CUDAGraphBlocksHook().before_test(runner)
+    assert isinstance(model.stack_runner, gb.GraphedStack)
+    x = torch.randn(4, 3, 32, 32, device='cuda')
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(model(x)[0], eager(x)[0], rtol=0, atol=0)
+    assert len(model.stack_runner.graphs._graphs) == 1
