@@ -417,7 +417,7 @@ def test_graphed_inference_equals_eager_across_sizes_and_an_eviction(family):
 def test_an_evicted_graph_hands_its_memory_back():
     """A graph of a large input, freed by a capture of a small one (bound 1), takes
     its pool with it: what stays reserved is about the small graph's. (The large
-    graph's static outputs alone, 8 of (64, 1025, 64) float32, take 134 MiB.)"""
+    graph's static outputs alone, 8 of (64, 1025, 64) float32, take 128 MiB.)"""
     import gc
     eager, graphed = _inference_models('dinovim')
     gb.graph_blocks(graphed, training=False, max_signatures=1)
@@ -435,7 +435,7 @@ def test_an_evicted_graph_hands_its_memory_back():
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     small = torch.cuda.memory_reserved() - base
-    assert large > 128 * 2**20  # the large pool is worth measuring
+    assert large > 96 * 2**20  # the large pool is worth measuring
     assert small < large / 8, (small, large)
     assert graphed.stack_runner.graphs.evictions == 1
 
