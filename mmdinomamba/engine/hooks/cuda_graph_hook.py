@@ -58,9 +58,9 @@ class CUDAGraphBlocksHook(Hook):
             training inputs vary in size keep it small). Defaults to 8.
         test_max_signatures (int): captures kept per block stack in runs that only
             test or validate, least recently used first out. Defaults to 16: a
-            whole-image COCO test at batch 1 pads to a few dozen sizes, most images
-            to a handful of them; a sliding-window test (mmseg's ``slide``) makes
-            one.
+            whole-image test (COCO at batch 1, padded to multiples of 32) makes many
+            sizes, the common ones recur; a sliding-window test (mmseg's ``slide``)
+            makes one.
         test_capture_after (int): calls of a size before it is captured in those
             runs. Defaults to 2.
         train (bool): whether training calls replay graphs in training runs.
