@@ -96,3 +96,39 @@ def test_on_cuda_reads_the_parameters():
 @pytest.mark.gpu
 def test_on_cuda_reads_the_parameters_on_a_gpu():
     assert gb.on_cuda(torch.nn.Linear(2, 2).cuda())
+
+
+@pytest.mark.parametrize('cuda', [False, True])
+def test_runner_test_calls_the_hook_before_testing(cuda, toy_root, tmp_path, monkeypatch):
+    """A real ``Runner.test()`` of the toy linear probe with the hook: mmengine
+    calls ``before_test``; on a CPU the model stays eager; with CUDA claimed (the
+    check faked), the inference runners are set before the first batch (they run
+    eagerly on CPU tensors) and the metrics are the eager run's."""
+    from mmengine.hooks import Hook
+    from mmengine.runner import Runner
+    from tests.helpers.toy_training import tiny_probe_config
+
+    seen = []
+
+    class Record(Hook):
+        priority = 'LOWEST'
+
+        def before_test_iter(self, runner, batch_idx, data_batch=None):
+            seen.append(runner.model.backbone.stack_runner)
+
+    def metrics(work_dir, hooked):
+        cfg = tiny_probe_config(toy_root, str(tmp_path / work_dir))
+        cfg.test_dataloader.dataset.pipeline = cfg.val_dataloader.dataset.pipeline[:-2] \
+            + cfg.val_dataloader.dataset.pipeline[-1:]  # no random flip
+        cfg.custom_hooks = [dict(type='CUDAGraphBlocksHook')] if hooked else []
+        torch.manual_seed(0)
+        runner = Runner.from_cfg(cfg)
+        runner.register_hook(Record())
+        return runner.test()
+
+    if cuda:
+        monkeypatch.setattr(cuda_graph_hook, 'on_cuda', lambda model: True)
+    got = metrics('hooked', True)
+    assert seen and all(isinstance(r, gb.GraphedStack) == cuda for r in seen)
+    assert all(r.graphs.training is False for r in seen if r is not None)
+    assert got == metrics('eager', False)
