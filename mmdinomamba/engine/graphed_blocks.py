@@ -191,8 +191,8 @@ class GraphedBlocks:
     def needs_grad(self, tokens: Tensor) -> bool:
         """Whether a call on ``tokens`` now is a training signature (grad enabled,
         and the input or a block's parameter needs a gradient)."""
-        return torch.is_grad_enabled() and (
-            tokens.requires_grad or any(p.requires_grad for p in self.layers.parameters()))
+        return torch.is_grad_enabled() and (tokens.requires_grad or any(
+            p.requires_grad for p in self.layers.parameters()))
 
     def _admit(self, key: tuple) -> bool:
         """Whether the uncaptured signature ``key`` is captured now: on its

@@ -36,7 +36,8 @@ def test_testing_on_cuda_sets_inference_runners_with_the_test_bounds(stage, monk
     monkeypatch.setattr(cuda_graph_hook, 'on_cuda', lambda model: True)
     model = torch.nn.ModuleDict(dict(backbone=tiny()))
     runner = Runner(model)
-    getattr(CUDAGraphBlocksHook(test_max_signatures=5, test_capture_after=3), stage)(runner)
+    hook = CUDAGraphBlocksHook(test_max_signatures=5, test_capture_after=3)
+    getattr(hook, stage)(runner)
     blocks = model['backbone'].stack_runner.graphs
     assert (blocks.training, blocks.evict, blocks.max_signatures,
             blocks.capture_after) == (False, True, 5, 3)

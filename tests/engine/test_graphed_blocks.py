@@ -92,9 +92,9 @@ def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(fake_captures
 
 
 def test_beyond_max_signatures_the_least_recently_used_graph_is_freed(fake_captures):
-    """With ``evict`` (inference runners), an LRU bound: a new signature on a full cache frees the graph used longest
-    ago (nothing holds it after: its pool goes with it), with one warning; the
-    replays stay the eager numbers."""
+    """With ``evict`` (inference runners), an LRU bound: a new signature on a
+    full cache frees the graph used longest ago (nothing holds it after: its pool
+    goes with it), with one warning; the replays stay the eager numbers."""
     import gc
     import weakref
     captures, replays = fake_captures

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import mmdinomamba.apis as apis
-from tests.upstream.test_inferencers import (TINY_DENSE_BACKBONE, WIDTH, HEIGHT,  # noqa: F401
-                                             WIDTH_PX, classifier_config, image,
+from tests.upstream.test_inferencers import image  # noqa: F401  (a fixture)
+from tests.upstream.test_inferencers import (HEIGHT, TINY_DENSE_BACKBONE, WIDTH,
+                                             WIDTH_PX, classifier_config,
                                              random_weights)
 from tests.helpers.dense_heads import upernet_head_options
 
