@@ -35,6 +35,7 @@ FORBIDDEN = {
     'datasets': ('engine', 'analysis', 'registry', 'tools'),
     'engine': ('analysis', 'registry', 'tools'),
     'analysis': ('registry', 'tools'),
+    'apis': ('analysis', 'registry', 'tools'),  # the inferencers, over engine
     'utils': ('ops', 'models', 'evaluation', 'datasets', 'engine', 'analysis',
               'registry', 'tools'),
 }

@@ -9,5 +9,8 @@ _base_ = [
 ]
 
 optim_wrapper = dict(optimizer=dict(weight_decay=0.01))
+# the frozen backbone's blocks replay from CUDA graphs, in training and testing
+# (CUDAGraphBlocksHook; a ViT runs eagerly). Off: --cfg-options custom_hooks=[]
+custom_hooks = [dict(type='CUDAGraphBlocksHook')]
 default_hooks = dict(
     checkpoint=dict(type='ResumableCheckpointHook', interval=10, max_keep_ckpts=3))

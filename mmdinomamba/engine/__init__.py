@@ -2,6 +2,7 @@ from .cpu_threads import default_cpu_threads, setup_cpu_threads
 from .distributed import (CPUDistributedDataParallel, setup_cpu_distributed,
                           teardown_distributed)
 from .finite import non_finite
+from .graphed_blocks import graph_blocks, graphed_modules
 from .hooks import (CompileModulesHook, CUDAGraphBlocksHook, DINOFreezeLastLayerHook,
                     DINOTeacherMomentumHook, DINOTeacherTempHook, InitialWeightsHook,
                     KNNMonitorHook, NonFiniteStopHook, ResumableCheckpointHook,
@@ -32,7 +33,8 @@ __all__ = ['AMP_WRAPPERS', 'CompileModulesHook', 'CPUDistributedDataParallel',
            'check_config_types', 'check_pretrained_checkpoints',
            'check_resume_checkpoint', 'default_cpu_threads', 'epoch_checkpoints',
            'epoch_losses', 'epoch_worker_init_fn', 'find_resume_checkpoint',
-           'fit_schedule', 'gather_rng_states', 'get_rng_state', 'latest_checkpoint',
+           'fit_schedule', 'gather_rng_states', 'get_rng_state', 'graph_blocks',
+           'graphed_modules', 'latest_checkpoint',
            'logged_runs', 'non_finite', 'parse_cfg_options', 'read_scalars',
            'run_folders', 'run_length', 'set_data_root', 'set_num_workers',
            'set_rng_state', 'set_run_length', 'set_work_dir', 'setup_cpu_distributed',

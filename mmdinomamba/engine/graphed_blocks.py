@@ -20,7 +20,18 @@ does).
 * No grad (DINO's teacher): the forward alone is captured.
 
 Each signature has its own memory pool, so graphs of different signatures can be
-replayed in any order. A replay returns copies of the graph's outputs (one
+replayed in any order. At most ``max_signatures`` graphs are kept. Inference
+runners (``graph_blocks(training=False)``: testing, the inferencers, benchmarks)
+evict the least recently used: a new signature on a full cache frees the graph
+(and its pool) of the signature used longest ago, so a dense pipeline whose input
+sizes change keeps a bounded number of pools. Training runners keep their first
+``max_signatures`` captures and run further signatures eagerly: a training capture
+holds a step's activations and costs a few steps, and multi-scale training makes
+a new size nearly every step, which under eviction would capture nearly every
+step. With ``capture_after`` 2 or more a signature is
+captured only once it recurs, so sizes seen once (a detector's rare image shapes)
+run eagerly instead of paying a capture each (a capture costs a few eager passes:
+the warm-up and the capture). A replay returns copies of the graph's outputs (one
 memory-bound pass: a caller may keep them across replays). What the backward graph
 reads stays in the pool, so a second training forward of one signature before the
 first one's backward has run would overwrite it; that forward runs eagerly instead.
@@ -31,6 +42,7 @@ state is restored after each capture's warm-up, so a run that captures at step k
 (after a resume) draws what an uninterrupted run draws.
 """
 import warnings
+from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -88,22 +100,41 @@ class GraphedBlocks:
             eager numbers and random draws); None calls the layers one after the
             other.
         warmup (int): eager iterations before each capture. Defaults to 3.
-        max_signatures (int): captures kept at most; inputs of further signatures
-            run eagerly (each capture holds its own memory: inputs of many sizes,
-            as multi-scale training or whole-image testing make, must not pile
-            them up). Defaults to 8.
+        max_signatures (int): captures kept at most (each holds its own memory:
+            inputs of many sizes, as multi-scale training or whole-image testing
+            make, must not pile them up). Defaults to 8.
+        evict (bool): what a new signature on a full cache does: True frees the
+            least recently used signature's graph and captures it; False runs
+            it eagerly. Defaults to False.
+        capture_after (int): calls of a signature before it is captured (the
+            earlier ones run eagerly); 1 captures on the first call. Defaults to 1.
+        training (bool): whether calls that need a gradient replay graphs; False
+            runs them eagerly (inference graphs only). Defaults to True.
     """
 
     def __init__(self, layers: nn.ModuleList,
                  run: Optional[Callable[[Tensor], Tuple[Tensor, Tensor]]] = None,
-                 warmup: int = 3, max_signatures: int = 8):
+                 warmup: int = 3, max_signatures: int = 8, capture_after: int = 1,
+                 training: bool = True, evict: bool = False):
+        for name, value in (('max_signatures', max_signatures),
+                            ('capture_after', capture_after)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f'GraphedBlocks: {name} must be a positive int, '
+                                 f'got {value!r}')
         self.layers = layers
         self.run = run
         self.warmup = warmup
         self.max_signatures = max_signatures
-        self._graphs: Dict[tuple, object] = {}
+        self.capture_after = capture_after
+        self.training = training
+        self.evict = evict
+        # signature -> replay function, least recently used first
+        self._graphs: 'OrderedDict[tuple, object]' = OrderedDict()
+        # signature -> calls so far, of signatures not captured (bounded, oldest out)
+        self._seen: 'OrderedDict[tuple, int]' = OrderedDict()
         self._pending: Dict[tuple, bool] = {}
         self._full = False  # warned that max_signatures is reached
+        self.evictions = 0  # graphs freed to make room (for inspection)
 
     @staticmethod
     def takes(tokens: Tensor) -> bool:
@@ -136,18 +167,16 @@ class GraphedBlocks:
         """
         key = self._key(tokens, training, context)
         grad = key[5]
-        if grad and self._pending.get(key):
+        if grad and (not self.training or self._pending.get(key)):
             # see the module docstring
             return _Stack(self.layers, training, self.run, context)(tokens)
         graphed = self._graphs.get(key)
         if graphed is None:
-            if len(self._graphs) >= self.max_signatures:
-                if not self._full:
-                    warnings.warn(f'GraphedBlocks: {self.max_signatures} input '
-                                  'signatures captured; further ones run eagerly')
-                    self._full = True
+            if not self._admit(key):
                 return _Stack(self.layers, training, self.run, context)(tokens)
             graphed = self._graphs[key] = self._capture(tokens, training, grad, context)
+        else:
+            self._graphs.move_to_end(key)
         if not grad:
             return graphed(tokens)
         self._pending[key] = True
@@ -158,6 +187,39 @@ class GraphedBlocks:
 
         outs[0].register_hook(done)
         return outs
+
+    def needs_grad(self, tokens: Tensor) -> bool:
+        """Whether a call on ``tokens`` now is a training signature (grad enabled,
+        and the input or a block's parameter needs a gradient)."""
+        return torch.is_grad_enabled() and (tokens.requires_grad or any(
+            p.requires_grad for p in self.layers.parameters()))
+
+    def _admit(self, key: tuple) -> bool:
+        """Whether the uncaptured signature ``key`` is captured now: on its
+        ``capture_after``-th call, if fewer than ``max_signatures`` are kept or
+        ``evict`` frees the least recently used one's graph."""
+        calls = self._seen.pop(key, 0) + 1
+        if calls < self.capture_after:
+            self._seen[key] = calls
+            while len(self._seen) > 64 * self.max_signatures:
+                self._seen.popitem(last=False)
+            return False
+        if len(self._graphs) >= self.max_signatures:
+            if not self._full:
+                warnings.warn(
+                    f'GraphedBlocks: more than {self.max_signatures} input signatures; '
+                    + ('the least recently used one\'s graph is freed for each new one '
+                       '(raise max_signatures if sizes recur)' if self.evict else
+                       'further ones run eagerly'))
+                self._full = True
+            if not self.evict:
+                self._seen[key] = calls
+                return False
+            old, _ = self._graphs.popitem(last=False)
+            if not self._pending.get(old):
+                self._pending.pop(old, None)
+            self.evictions += 1
+        return True
 
     def _capture(self, tokens: Tensor, training: bool, grad: bool, context: tuple = ()):
         rng = torch.cuda.get_rng_state(tokens.device)
@@ -282,32 +344,38 @@ def _capture_training(stack: _Stack, tokens: Tensor, warmup: int):
 
 class GraphedStack:
     """A backbone's stack runner (its ``stack_runner`` seam) that replays from CUDA
-    graphs the calls running every block for the last one's output (training and
-    plain inference), through :class:`GraphedBlocks`; every other call (CPU inputs,
-    intermediate blocks' outputs, under ``torch.compile``) runs the backbone's own
-    :meth:`run_blocks`.
+    graphs, through :class:`GraphedBlocks`, the calls running every block for the
+    last one's output (training and plain inference) and, without gradients, those
+    for any set of blocks' outputs (a dense model's feature maps, keyed by the set);
+    every other call (CPU inputs, training calls for intermediate outputs, under
+    ``torch.compile``) runs the backbone's own :meth:`run_blocks`.
 
     Args:
         backbone (nn.Module): has ``layers``, ``training`` and
             ``run_blocks(tokens, indices) -> [(h, residual), ...]`` (DinoVim).
-        **kwargs: ``warmup`` and ``max_signatures`` of :class:`GraphedBlocks`.
+        **kwargs: ``warmup``, ``max_signatures``, ``capture_after``,
+            ``training`` and ``evict`` of :class:`GraphedBlocks`.
     """
 
     def __init__(self, backbone: nn.Module, **kwargs):
         self.backbone = backbone
         self.last = len(backbone.layers) - 1
-        self.graphs = GraphedBlocks(backbone.layers, self._run_all, **kwargs)
+        self.graphs = GraphedBlocks(backbone.layers, self._run, **kwargs)
 
-    def _run_all(self, tokens: Tensor) -> Tuple[Tensor, Tensor]:
-        """The last block's ``(h, residual)`` the backbone's own way: what is
-        captured."""
-        return self.backbone.run_blocks(tokens, [self.last])[0]
+    def _run(self, tokens: Tensor, indices: Tuple[int, ...]) -> Tuple[Tensor, ...]:
+        """``(h, residual)`` after each block of ``indices``, flattened, the
+        backbone's own way: what is captured."""
+        pairs = self.backbone.run_blocks(tokens, list(indices))
+        return tuple(t for pair in pairs for t in pair)
 
     def __call__(self, tokens: Tensor, indices: Sequence[int]) -> List[Tuple[Tensor, Tensor]]:
         """``(h, residual)`` after each block of ``indices`` (sorted), as
         ``backbone.run_blocks`` returns them."""
-        if list(indices) == [self.last] and self.graphs.takes(tokens):
-            return [self.graphs(tokens, self.backbone.training)]
+        indices = tuple(indices)
+        if self.graphs.takes(tokens) and (
+                indices == (self.last, ) or not self.graphs.needs_grad(tokens)):
+            flat = self.graphs(tokens, self.backbone.training, (indices, ))
+            return list(zip(flat[0::2], flat[1::2]))
         return self.backbone.run_blocks(tokens, indices)
 
 
@@ -315,13 +383,14 @@ class GraphedStages:
     """An MLLA's stage runner (its ``stage_runner`` seam) that replays each stage's
     blocks from CUDA graphs, one :class:`GraphedBlocks` per stage, keyed by the
     stage's grid too (inputs of another size capture again, up to
-    ``max_signatures`` per stage, then run eagerly); every other call (CPU inputs,
+    ``max_signatures`` per stage); every other call (CPU inputs,
     under ``torch.compile``) runs the stage's own way.
 
     Args:
         backbone (nn.Module): has ``layers`` (stages with ``blocks``), ``training``
             and ``run_stage(i, tokens, hw) -> tokens`` (MLLA).
-        **kwargs: ``warmup`` and ``max_signatures`` of :class:`GraphedBlocks`.
+        **kwargs: ``warmup``, ``max_signatures``, ``capture_after``,
+            ``training`` and ``evict`` of :class:`GraphedBlocks`.
     """
 
     def __init__(self, backbone: nn.Module, **kwargs):
@@ -339,18 +408,51 @@ class GraphedStages:
         return self.backbone.run_stage(i, tokens, hw)
 
 
-def graph_blocks(model: nn.Module, enabled: bool = True, **kwargs) -> List[str]:
+def graph_blocks(model: nn.Module, enabled: bool = True, training: bool = True,
+                 **kwargs) -> List[str]:
     """Set a :class:`GraphedStack` as the stack runner of every submodule of
     ``model`` that has that seam (``stack_runner``: DinoVim), and a
     :class:`GraphedStages` as the stage runner of every one with ``stage_runner``
     (MLLA); with ``enabled`` False put their own back; return their names ('' for
-    ``model`` itself). ``kwargs``: ``warmup``, ``max_signatures``."""
+    ``model`` itself).
+
+    Args:
+        model (nn.Module): any model; its backbones are found by their seams.
+        enabled (bool): False removes the runners. Defaults to True.
+        training (bool): whether calls that need a gradient replay graphs too
+            (the captures beyond ``max_signatures`` then run eagerly); False
+            graphs inference only (no-grad calls: testing, a benchmark's forward),
+            runs training calls eagerly and evicts the least recently used graph
+            for a new signature beyond ``max_signatures``. Defaults to True.
+        **kwargs: ``warmup``, ``max_signatures`` and ``capture_after`` of
+            :class:`GraphedBlocks` (``max_signatures`` defaults to 8, and
+            ``capture_after`` to 1: capture on the first call).
+
+    Inference at a few fixed sizes, as a benchmark runs it::
+
+        graph_blocks(model, training=False, max_signatures=4)
+    """
+    options = dict(training=training, evict=not training, **kwargs)
     names = []
     for name, module in model.named_modules():
         if hasattr(module, 'stack_runner'):
-            module.stack_runner = GraphedStack(module, **kwargs) if enabled else None
+            module.stack_runner = (GraphedStack(module, **options) if enabled else None)
             names.append(name)
         elif hasattr(module, 'stage_runner'):
-            module.stage_runner = GraphedStages(module, **kwargs) if enabled else None
+            module.stage_runner = (GraphedStages(module, **options) if enabled else None)
             names.append(name)
     return names
+
+
+def graphed_modules(model: nn.Module) -> List[str]:
+    """The names of ``model``'s submodules whose blocks replay from CUDA graphs
+    (their runner is a :class:`GraphedStack` or :class:`GraphedStages`)."""
+    return [name for name, module in model.named_modules()
+            if isinstance(getattr(module, 'stack_runner', None), GraphedStack)
+            or isinstance(getattr(module, 'stage_runner', None), GraphedStages)]
+
+
+def on_cuda(model: nn.Module) -> bool:
+    """Whether ``model``'s parameters are on a CUDA device (the first one's)."""
+    param = next(model.parameters(), None)
+    return param is not None and param.is_cuda

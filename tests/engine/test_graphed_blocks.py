@@ -76,15 +76,88 @@ def test_one_capture_per_signature_and_eager_while_a_backward_is_pending(fake_ca
 
 
 def test_inputs_beyond_max_signatures_run_eagerly_with_one_warning(fake_captures):
+    """Without ``evict`` (training runners) the first captures stay."""
     captures, _ = fake_captures
     blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2)
     with torch.no_grad():
         for n in (4, 5, 4):
             blocks(torch.randn(1, n, 64), training=False)
-        with pytest.warns(UserWarning, match='2 input signatures captured'):
+        with pytest.warns(UserWarning, match='more than 2 input signatures; further '
+                          'ones run eagerly'):
             blocks(torch.randn(1, 6, 64), training=False)
         blocks(torch.randn(1, 7, 64), training=False)  # eager, no second warning
+        blocks(torch.randn(1, 6, 64), training=False)  # eager again
     assert [shape for shape, _ in captures] == [(1, 4, 64), (1, 5, 64)]
+    assert blocks.evictions == 0
+
+
+def test_beyond_max_signatures_the_least_recently_used_graph_is_freed(fake_captures):
+    """With ``evict`` (inference runners), an LRU bound: a new signature on a
+    full cache frees the graph used longest ago (nothing holds it after: its pool
+    goes with it), with one warning; the replays stay the eager numbers."""
+    import gc
+    import weakref
+    captures, replays = fake_captures
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2,
+                              evict=True)
+    stack = gb._Stack(blocks.layers, False)
+    inputs = {n: torch.randn(1, n, 64) for n in (4, 5, 6, 7)}
+    with torch.no_grad():
+        for n in (4, 5, 4):  # 4 is now the most recently used
+            blocks(inputs[n], training=False)
+        first = {k[0][1]: weakref.ref(f) for k, f in blocks._graphs.items()}
+        with pytest.warns(UserWarning, match='more than 2 input signatures; the least '
+                          'recently used'):
+            out = blocks(inputs[6], training=False)  # frees 5's graph
+        torch.testing.assert_close(out, stack(inputs[6]), rtol=0, atol=0)
+        gc.collect()
+        assert first[5]() is None and first[4]() is not None
+        blocks(inputs[7], training=False)  # frees 4's, no second warning
+        blocks(inputs[6], training=False)  # a replay
+        out = blocks(inputs[5], training=False)  # captured again, frees 7's
+        torch.testing.assert_close(out, stack(inputs[5]), rtol=0, atol=0)
+    assert [shape[1] for shape, _ in captures] == [4, 5, 6, 7, 5]
+    assert [shape[1] for shape in replays] == [4, 5, 4, 6, 7, 6, 5]
+    assert [k[0][1] for k in blocks._graphs] == [6, 5] and blocks.evictions == 3
+
+
+def test_capture_after_runs_a_signature_eagerly_until_it_recurs(fake_captures):
+    captures, replays = fake_captures
+    blocks = gb.GraphedBlocks(tiny(drop_path_rate=0.0).layers, max_signatures=2,
+                              capture_after=2, evict=True)
+    with torch.no_grad():
+        for n in (4, 5, 4, 6, 4, 5):
+            blocks(torch.randn(1, n, 64), training=False)
+    # 4 captured on its second call, 5 on its second; 6 (once) never
+    assert [shape[1] for shape, _ in captures] == [4, 5]
+    assert [shape[1] for shape in replays] == [4, 4, 5]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match='capture_after must be a positive int'):
+            gb.GraphedBlocks(blocks.layers, capture_after=bad)
+
+
+def test_inference_graphs_take_any_blocks_outputs_and_leave_training_eager(
+        fake_captures):
+    """``graph_blocks(training=False)``: no-grad calls replay, for the last block
+    and for a dense model's feature maps (one signature per set of blocks, the
+    eager numbers); calls that need a gradient run eagerly."""
+    captures, replays = fake_captures
+    model = tiny(drop_path_rate=0.0, layers=4).eval()
+    twin = copy.deepcopy(model)
+    gb.graph_blocks(model, training=False, max_signatures=4)
+    tokens = torch.randn(2, 18, 64)
+    with torch.no_grad():
+        for indices in ([3], [0, 2, 3], [1, 3], [0, 2, 3]):
+            for a, b in zip(model.forward_tokens(tokens, indices),
+                            twin.forward_tokens(tokens, indices)):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert captures == [((2, 18, 64), False)] * 3 and len(replays) == 4
+    blocks = model.stack_runner.graphs
+    assert (blocks.training, blocks.evict, blocks.max_signatures) == (False, True, 4)
+    keys = list(blocks._graphs)
+    assert [k[-1] for k in keys] == [((3, ), ), ((1, 3), ), ((0, 2, 3), )]  # LRU order
+    model.forward_tokens(tokens, [3])[0].sum().backward()  # grad: eager
+    assert len(captures) == 3 and model.layers[0].norm.weight.grad is not None
 
 
 def test_frozen_input_with_trainable_blocks_is_a_training_signature(fake_captures):
@@ -299,3 +372,88 @@ def test_one_signature_gradients_are_not_the_graphs_buffers(set_to_none):
         torch.testing.assert_close(loss_g, loss_e, rtol=1e-5, atol=0)
         for g, e in zip(grads_g, grads_e):
             torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3 * e.abs().max().item())
+
+
+def _inference_models(family):
+    """An eager model in eval mode and its twin with inference runners (at most 2
+    graphs, captured on the first call): DinoVim with a dense model's four
+    feature maps, or MLLA with its four stages."""
+    if family == 'dinovim':
+        eager = dinovim(64, 4, img_size=32, patch_size=8, drop_path_rate=0.2,
+                        out_indices=[0, 1, 2, 3], mixer_cfg=dict(d_state=16, headdim=32))
+    else:
+        eager = tiny_mlla(out_indices=(0, 1, 2, 3))
+    eager = eager.cuda().eval()
+    graphed = copy.deepcopy(eager)
+    assert gb.graph_blocks(graphed, training=False, max_signatures=2) == ['']
+    return eager, graphed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('family', ['dinovim', 'mlla'])
+def test_graphed_inference_equals_eager_across_sizes_and_an_eviction(family):
+    """Test mode (eval, no grad), fp32 and fp16 autocast: three input sizes
+    through a bound of 2 graphs (the third size frees the first one's graph, which
+    is captured again when it returns); every output equals eager's exactly (the
+    same kernels, replayed)."""
+    eager, graphed = _inference_models(family)
+    sizes = [(32, 32), (48, 64), (32, 32), (64, 32), (32, 32), (48, 64)]
+    runners = (graphed.stack_runner.graphs, ) if family == 'dinovim' else \
+        tuple(graphed.stage_runner.graphs)
+    for dtype in (None, torch.float16):
+        for h, w in sizes:
+            x = torch.randn(2, 3, h, w, device='cuda')
+            with torch.no_grad(), torch.autocast('cuda', dtype=dtype or torch.float16,
+                                                 enabled=dtype is not None):
+                got, want = graphed(x), eager(x)
+            assert len(got) == len(want) == 4
+            for g, e in zip(got, want):
+                torch.testing.assert_close(g, e, rtol=0, atol=0)
+    for blocks in runners:
+        assert len(blocks._graphs) == 2 and blocks.evictions > 0
+
+
+@pytest.mark.gpu
+def test_an_evicted_graph_hands_its_memory_back():
+    """A graph of a large input, freed by a capture of a small one (bound 1), takes
+    its pool with it: what stays reserved is about the small graph's. (The large
+    graph's static outputs alone, 8 of (64, 1025, 64) float32, take 128 MiB.)"""
+    import gc
+    eager, graphed = _inference_models('dinovim')
+    gb.graph_blocks(graphed, training=False, max_signatures=1)
+    del eager
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_reserved()
+    with torch.no_grad():
+        graphed(torch.randn(64, 3, 256, 256, device='cuda'))
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        large = torch.cuda.memory_reserved() - base
+        graphed(torch.randn(1, 3, 32, 32, device='cuda'))  # frees the large one
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    small = torch.cuda.memory_reserved() - base
+    assert large > 96 * 2**20  # the large pool is worth measuring
+    assert small < large / 8, (small, large)
+    assert graphed.stack_runner.graphs.evictions == 1
+
+
+@pytest.mark.gpu
+def test_the_hook_graphs_a_cuda_model_for_testing():
+    """``before_test`` on a CUDA model: inference runners, whose replays (after
+    the second call of a size) equal eager's."""
+    from mmdinomamba.engine.hooks import CUDAGraphBlocksHook
+    eager = tiny(layers=3).cuda().eval()
+    model = copy.deepcopy(eager)
+    logs = []
+    runner = type('R', (), dict(model=model, logger=type('L', (), {
+        'info': lambda s, msg: logs.append(msg)})()))()
+    CUDAGraphBlocksHook().before_test(runner)
+    assert isinstance(model.stack_runner, gb.GraphedStack)
+    x = torch.randn(4, 3, 32, 32, device='cuda')
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(model(x)[0], eager(x)[0], rtol=0, atol=0)
+    assert len(model.stack_runner.graphs._graphs) == 1

@@ -25,6 +25,12 @@ test_evaluator = dict(ann_file=data_root + _base_.test_dataloader.dataset.ann_fi
 default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'),
                      non_finite=dict(type='NonFiniteStopHook'),
                      cpu_threads=dict(type='CPUThreadsHook'))
+# The backbones' blocks replay from CUDA graphs (CUDAGraphBlocksHook, per input
+# size; a model without such blocks, ViT, runs eagerly). A run that only tests
+# (tools/test.py: whole images, padded to many sizes) replays the no-grad forward
+# of the sizes that recur, up to the hook's test bound, least recently used out.
+# Off: --cfg-options custom_hooks=[]
+custom_hooks = [dict(type='CUDAGraphBlocksHook', max_signatures=2)]
 
 # 8 GPUs x 2 images = 16 = auto_scale_lr.base_batch_size (from schedule_1x)
 optim_wrapper = dict(

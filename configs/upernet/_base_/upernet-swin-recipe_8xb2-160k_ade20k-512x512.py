@@ -10,7 +10,3 @@ optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
     paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.0)}))
-
-# MLLA's stages replay from CUDA graphs (CUDAGraphBlocksHook, per input size: one training crop size; the
-# whole-image tests add one no-grad capture per size, up to 4, then run eagerly).
-custom_hooks = [dict(type='CUDAGraphBlocksHook', max_signatures=4)]

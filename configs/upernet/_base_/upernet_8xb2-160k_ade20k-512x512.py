@@ -25,6 +25,12 @@ auto_scale_lr = dict(enable=False, base_batch_size=16)
 default_hooks = dict(checkpoint=dict(type='ResumableCheckpointHook'),
                      non_finite=dict(type='NonFiniteStopHook'),
                      cpu_threads=dict(type='CPUThreadsHook'))
+# The backbones' blocks replay from CUDA graphs (CUDAGraphBlocksHook, per input
+# size; a model without such blocks, ViT, runs eagerly): MLLA's stages in training
+# (one crop size; the whole-image validations add one no-grad capture per size,
+# up to 4 in all), and in a run that only tests (tools/test.py) DinoVim's and MLLA's
+# no-grad forward, up to the hook's test bound. Off: --cfg-options custom_hooks=[]
+custom_hooks = [dict(type='CUDAGraphBlocksHook', max_signatures=4)]
 
 optim_wrapper = dict(
     _delete_=True,
