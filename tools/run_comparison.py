@@ -6,7 +6,7 @@
         [--cfg-options K=V ...] [--probe-epochs N] [--probe-cfg-options K=V ...]
         [--out DIR] [--preset compare|seq256]
 
-The 'compare' preset of :mod:`mmdinomamba.analysis.recipe`: the rich toy data
+The 'compare' preset of :mod:`mmdinomamba.studies.comparison.recipe`: the rich toy data
 (12 shape-and-texture classes, 64 px, with masks), DINO pretraining of each
 model of ``configs/compare/`` (ViT, DinoVim, LinearViT, PlainMLLA: same width,
 depth, data, head and schedule), each teacher and each run's init
@@ -37,14 +37,15 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 def recipe_presets():
-    """``mmdinomamba/analysis/recipe_presets.py`` (data and argparse only), read
+    """``mmdinomamba/studies/comparison/presets.py`` (data and argparse only), read
     without importing the package, whose import loads torch and the OpenMMLab
     registries: ``--help`` and bad arguments are answered at once."""
     spec = importlib.util.find_spec('mmdinomamba')  # finds it, runs nothing
     if spec is None or not spec.submodule_search_locations:
         sys.exit('mmdinomamba is not installed: run `make install` (or '
                  '`pip install -e .`) first')
-    path = osp.join(spec.submodule_search_locations[0], 'analysis', 'recipe_presets.py')
+    path = osp.join(spec.submodule_search_locations[0], 'studies', 'comparison',
+                    'presets.py')
     module_spec = importlib.util.spec_from_file_location('_recipe_presets', path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module  # dataclasses look their module up
@@ -59,7 +60,7 @@ def main(argv=None):
     logging.captureWarnings(True)
     logging.getLogger('py.warnings').addHandler(
         logging.handlers.MemoryHandler(10000, flushLevel=logging.CRITICAL + 1))
-    from mmdinomamba.analysis.recipe import main as run
+    from mmdinomamba.studies.comparison.recipe import main as run
     run('compare', ROOT, argv, ('compare', 'seq256'))
 
 

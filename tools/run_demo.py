@@ -3,7 +3,7 @@
     python tools/run_demo.py [--data-root data/toy] [--work-dir work_dirs/demo]
                              [--cfg-options KEY=VALUE ...]  # DINO config overrides
 
-The 'demo' preset of :mod:`mmdinomamba.analysis.recipe`: the toy dataset, DINO
+The 'demo' preset of :mod:`mmdinomamba.studies.comparison.recipe`: the toy dataset, DINO
 pretraining of a 4-block DinoVim
 (``configs/dino/dino_dinovim-toy-p8_1xb8-10e_toy.py``), its teacher, a linear
 probe on it, and the teacher against the same backbone at its random init on
@@ -25,14 +25,15 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 def recipe_presets():
-    """``mmdinomamba/analysis/recipe_presets.py`` (data and argparse only), read
+    """``mmdinomamba/studies/comparison/presets.py`` (data and argparse only), read
     without importing the package, whose import loads torch and the OpenMMLab
     registries: ``--help`` and bad arguments are answered at once."""
     spec = importlib.util.find_spec('mmdinomamba')  # finds it, runs nothing
     if spec is None or not spec.submodule_search_locations:
         sys.exit('mmdinomamba is not installed: run `make install` (or '
                  '`pip install -e .`) first')
-    path = osp.join(spec.submodule_search_locations[0], 'analysis', 'recipe_presets.py')
+    path = osp.join(spec.submodule_search_locations[0], 'studies', 'comparison',
+                    'presets.py')
     module_spec = importlib.util.spec_from_file_location('_recipe_presets', path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module  # dataclasses look their module up
@@ -47,7 +48,7 @@ def main(argv=None):
     logging.captureWarnings(True)
     logging.getLogger('py.warnings').addHandler(
         logging.handlers.MemoryHandler(10000, flushLevel=logging.CRITICAL + 1))
-    from mmdinomamba.analysis.recipe import main as run
+    from mmdinomamba.studies.comparison.recipe import main as run
     run('demo', ROOT, argv, ())
 
 

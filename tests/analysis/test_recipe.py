@@ -1,4 +1,4 @@
-"""The recipe runner (mmdinomamba/analysis/recipe.py): its model table and configs,
+"""The recipe runner (mmdinomamba/studies/comparison/recipe.py): its model table and configs,
 the configs it writes for each run, its watch over training processes, and what
 it prints and judges (the end-to-end runs: tests/tools/test_run_*.py)."""
 import json
@@ -8,7 +8,7 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from mmdinomamba.analysis import recipe
+from mmdinomamba.studies.comparison import recipe
 from mmdinomamba.datasets.transforms.dino_multicrop import BLUR_RADIUS
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -206,7 +206,7 @@ def test_the_verdict_needs_a_higher_mean_on_both_measures():
                                        ((0.0, -0.01, 0.01), 'tie'),
                                        ((0.01, 0.0, 0.02), 'tie')])
 def test_order_words_follow_the_interval(gain, word):
-    from mmdinomamba.analysis.comparison import order_word
+    from mmdinomamba.studies.comparison.measures import order_word
     assert order_word(dict(zip(('mean', 'low', 'high'), gain))) == word
 
 

@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from mmdinomamba.analysis import recipe
-from mmdinomamba.analysis.comparison import repo_relative
-from mmdinomamba.analysis.recipe import COMPARE_MODELS, SEQ256_MODELS
+from mmdinomamba.studies.comparison import recipe
+from mmdinomamba.studies.comparison.measures import repo_relative
+from mmdinomamba.studies.comparison.recipe import COMPARE_MODELS, SEQ256_MODELS
 
 NAMES = [m.name for m in COMPARE_MODELS]
 # the recipe on a CPU in seconds: 2-layer models, one epoch of DINO and of each probe

@@ -5,7 +5,7 @@ import os.path as osp
 import pytest
 from mmengine.config import Config
 
-from mmdinomamba.analysis import recipe
+from mmdinomamba.studies.comparison import recipe
 
 
 @pytest.fixture(scope='module')

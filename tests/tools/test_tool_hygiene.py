@@ -128,7 +128,7 @@ HEAVY = ('torch', 'torchvision', 'mmdinomamba', 'mmpretrain', 'mmseg', 'mmdet', 
          'mmengine', 'matplotlib', 'sklearn', 'scipy', 'timm', 'triton', 'cv2')
 LIGHT = ('mmengine.config', )
 # the package file that the recipe tools read on their own for their --help
-ARGPARSE_ONLY = ('mmdinomamba/analysis/recipe_presets.py', )
+ARGPARSE_ONLY = ('mmdinomamba/studies/comparison/presets.py', )
 
 
 def module_level_imports(source: str) -> list:

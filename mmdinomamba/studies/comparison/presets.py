@@ -3,7 +3,7 @@
 Nothing here imports torch, mmengine or the rest of the package's dependencies:
 ``tools/run_demo.py`` and ``tools/run_comparison.py`` read this file on its own to
 answer ``--help`` and reject bad arguments at once, before
-:mod:`mmdinomamba.analysis.recipe` (which runs the recipe) is imported.
+:mod:`mmdinomamba.studies.comparison.recipe` (which runs the recipe) is imported.
 """
 import argparse
 import os.path as osp

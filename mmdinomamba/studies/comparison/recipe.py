@@ -17,7 +17,7 @@ Steps, each announced when it starts; the libraries' output goes to
    weights the run started from (``InitialWeightsHook``): "random init" below;
 4. a linear probe on the teacher (and, in 'compare', on the init);
 5. the teacher against its own random init on the held-out images
-   (:func:`~mmdinomamba.analysis.comparison.compare_models`): k-NN top-1, the
+   (:func:`~mmdinomamba.studies.comparison.measures.compare_models`): k-NN top-1, the
    Binary-AUC of the attention and the cosine map, each with its bootstrap
    interval, and the teacher's paired gain; the report and its figures in
    ``<work-dir>/report/`` or ``--out`` (``activation_maps.png``: the teacher's
@@ -49,8 +49,8 @@ from mmdinomamba.engine import (amp_twin, epoch_checkpoints, epoch_losses,
                                 read_scalars, set_data_root, set_num_workers,
                                 set_run_length)
 from mmdinomamba.utils import write_atomic
-from .recipe_presets import (COMPARE_MODELS, DEMO_MODELS, PRESETS, SEQ256_MODELS,
-                             Preset, RecipeModel, build_parser, parse_command_line)
+from .presets import (COMPARE_MODELS, DEMO_MODELS, PRESETS, SEQ256_MODELS,
+                      Preset, RecipeModel, build_parser, parse_command_line)
 
 __all__ = ['COMPARE_MODELS', 'DEMO_MODELS', 'PRESETS', 'Preset', 'RecipeError',
            'RecipeModel', 'SEQ256_MODELS', 'TrainingRun', 'build_parser', 'dino_config',
@@ -267,13 +267,13 @@ def verdict(name: str, init: dict, teacher: dict, pair: dict,
     Binary-AUC (the demo's gate).
 
     The words follow the 95 % interval of each paired gain
-    (:func:`~mmdinomamba.analysis.comparison.order_word`): "better" or "worse"
+    (:func:`~mmdinomamba.studies.comparison.measures.order_word`): "better" or "worse"
     only where it excludes 0, "ties" where it includes 0, whatever the means.
 
     Returns:
         tuple: (the sentences, whether both means are higher).
     """
-    from .comparison import order_word
+    from .measures import order_word
 
     def words(gain, what):
         order = order_word(gain)
@@ -358,8 +358,8 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
         RecipeError: a step failed.
     """
     from mmdinomamba.datasets import make_toy_dataset
-    from .comparison import (ModelSpec, compare_models, load_split, paired_gains)
-    from .comparison_report import display, write_comparison_report
+    from .measures import (ModelSpec, compare_models, load_split, paired_gains)
+    from .report import display, write_comparison_report
 
     work_dir, data_root = osp.abspath(args.work_dir), osp.abspath(args.data_root)
     models = [m for m in preset.models if m.name in args.models]
