@@ -3,7 +3,7 @@
 
     python tools/run_recipe.py --preset demo      # = python tools/run_demo.py
     python tools/run_recipe.py --preset compare   # = python tools/run_comparison.py
-    python tools/run_recipe.py --preset seq256    # = ... run_comparison.py --preset seq256
+    python tools/run_recipe.py --preset seq256    # = run_comparison.py --preset seq256
         [--work-dir DIR] [--data-root DIR] [--out DIR] [--device cpu|cuda]
         [--models ...] [--epochs N] [--parallel] [--cfg-options K=V ...] ...
 
