@@ -1,6 +1,6 @@
-"""Imports run one way: ``tools -> analysis -> engine -> {models, evaluation,
-datasets} -> ops``, with ``utils`` (safe loading, atomic writes) a leaf under all of
-them, and no circle anywhere in the package.
+"""Imports run one way: ``tools -> studies -> analysis -> engine -> {models,
+evaluation, datasets} -> ops``, with ``utils`` (safe loading, atomic writes) a leaf
+under all of them, and no circle anywhere in the package.
 
 Every module of mmdinomamba/ is parsed (AST, no import), and every ``import`` and
 ``from ... import`` in it (also inside functions) is resolved to a module of the
@@ -16,10 +16,19 @@ package (``from a.b import c`` names the module ``a.b.c`` when there is one, els
   may import ``spec`` alone;
 * anywhere, a circle of imports between modules (one import per module, the first
   one found on the circle, is reported).
+
+No import graph sees a module start a script by its path, so a fourth check reads
+the string constants of every module (docstrings left out): none may be a path
+into ``tools/`` (``'tools'`` as a path part, ``'tools/train.py'``, the
+``'/tools/...'`` of an f-string), and none handed to a process or a loader
+(``subprocess``, ``os.system``, ``runpy``, ``spec_from_file_location``, ...) may
+name ``tools/``. A sentence that tells the user which tool to run is not a path
+(it has spaces) and is allowed; a tool hands the package the command it needs.
 """
 import ast
 import os
 import os.path as osp
+import re
 from typing import Dict, List, Set, Tuple
 
 import pytest
@@ -28,16 +37,17 @@ ROOT = osp.join(osp.dirname(osp.abspath(__file__)), '..', 'mmdinomamba')
 
 # subpackage -> subpackages (and top-level names) it must never import
 FORBIDDEN = {
-    'ops': ('models', 'evaluation', 'datasets', 'engine', 'analysis', 'registry',
-            'tools'),
-    'models': ('engine', 'analysis', 'registry', 'tools'),
-    'evaluation': ('engine', 'analysis', 'registry', 'tools'),
-    'datasets': ('engine', 'analysis', 'registry', 'tools'),
-    'engine': ('analysis', 'registry', 'tools'),
-    'analysis': ('registry', 'tools'),
-    'apis': ('analysis', 'registry', 'tools'),  # the inferencers, over engine
+    'ops': ('models', 'evaluation', 'datasets', 'engine', 'analysis', 'studies',
+            'registry', 'tools'),
+    'models': ('engine', 'analysis', 'studies', 'registry', 'tools'),
+    'evaluation': ('engine', 'analysis', 'studies', 'registry', 'tools'),
+    'datasets': ('engine', 'analysis', 'studies', 'registry', 'tools'),
+    'engine': ('analysis', 'studies', 'registry', 'tools'),
+    'analysis': ('studies', 'registry', 'tools'),
+    'studies': ('registry', 'tools'),
+    'apis': ('analysis', 'studies', 'registry', 'tools'),  # the inferencers, over engine
     'utils': ('ops', 'models', 'evaluation', 'datasets', 'engine', 'analysis',
-              'registry', 'tools'),
+              'studies', 'registry', 'tools'),
 }
 # inside ops/: module -> the rank it sits at; a module imports lower ranks only
 # (ops/triton: spec alone, whatever its rank says)
@@ -122,6 +132,79 @@ def violations(top=ROOT):
     return sorted(set(out))
 
 
+# Calls that start a process or load a file: a string handed to one may not name
+# tools/, not even in a command line with spaces
+STARTERS = ('subprocess.run', 'subprocess.call', 'Popen', 'check_call', 'check_output',
+            'system', 'popen', 'execv', 'execve', 'execvp', 'execvpe', 'execl',
+            'execlp', 'spawnv', 'spawnvp', 'run_path', 'run_module',
+            'spec_from_file_location', 'import_module', 'load_source')
+# Paths into tools/ that only an error message shows the user (never run here):
+# (module, string)
+TOOLS_NAMED_FOR_USERS = {
+    ('mmdinomamba/utils/safe_load.py', 'tools/model_converters/dinomamba2mmdinomamba.py'),
+    ('mmdinomamba/utils/safe_load.py', 'tools/model_converters/mlla2mmdinomamba.py'),
+}
+
+
+def docstrings(tree: ast.AST) -> Set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                found.add(id(first.value))
+    return found
+
+
+def is_tools_path(text: str) -> bool:
+    """Whether ``text`` is a path with a part ``tools`` (``'tools'``,
+    ``'tools/train.py'``, ``'/tools/x'``): one word, no spaces."""
+    return not re.search(r'\s', text) and 'tools' in re.split(r'[/\\]', text)
+
+
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` of a call's function (``''`` for anything but names)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f'{dotted(node.value)}.{node.attr}'.lstrip('.')
+    return ''
+
+
+def starts(call: ast.Call) -> bool:
+    name = dotted(call.func)
+    return any(name == s or name.endswith('.' + s) for s in STARTERS)
+
+
+def tools_named(top=ROOT) -> List[str]:
+    """``path:line: 'string'`` of every string constant of the package (docstrings
+    left out) that is a path into tools/, or that names tools/ in a call that
+    starts a process or loads a file."""
+    out = set()
+    for path, _ in modules(top):
+        rel = osp.relpath(path, osp.dirname(top))
+        tree = ast.parse(open(path).read(), path)
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            strings = []
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    id(node) not in skip and is_tools_path(node.value):
+                strings.append(node)
+            elif isinstance(node, ast.Call) and starts(node):
+                strings.extend(
+                    n for arg in [*node.args, *(k.value for k in node.keywords)]
+                    for n in ast.walk(arg) if isinstance(n, ast.Constant) and
+                    isinstance(n.value, str) and re.search(r'(^|[/\\\s])tools([/\\]|$)',
+                                                           n.value))
+            for n in strings:
+                if (rel, n.value) not in TOOLS_NAMED_FOR_USERS:
+                    out.add(f'{rel}:{n.lineno}: {n.value!r}')
+    return sorted(out)
+
+
 def edges(top=ROOT) -> Dict[str, Dict[str, Tuple[str, int]]]:
     """Module -> {imported module of the package: (path, line)}; ``from a import
     b`` is an import of the module ``a.b`` when it exists, else of ``a``."""
@@ -198,6 +281,8 @@ def test_the_walk_finds_the_imports():
     assert 'mmdinomamba.ops' in found['mmdinomamba.models.mixers.ssd_mixer']  # absolute
     assert 'mmdinomamba.ops.triton' in found['mmdinomamba.ops.mixer']  # in a function
     assert 'mmdinomamba.models.backbones' in found['mmdinomamba.analysis.adapters']
+    assert 'mmdinomamba.analysis.adapters' in \
+        found['mmdinomamba.studies.comparison.measures']  # the studies' floor
     graph = edges()
     assert 'mmdinomamba.ops.spec' in graph['mmdinomamba.ops.triton.mixer']  # `..spec`
     assert 'mmdinomamba.ops.triton' in graph['mmdinomamba.ops.backend']
@@ -206,6 +291,43 @@ def test_the_walk_finds_the_imports():
 def test_imports_run_downward_only():
     bad = violations()
     assert not bad, 'imports against the layers:\n' + '\n'.join(bad)
+
+
+def test_no_module_of_the_package_names_a_file_under_tools():
+    """The package starts no script of tools/: a tool hands it the command it
+    needs (tools/run_recipe.py hands the recipe its train command)."""
+    found = tools_named()
+    assert not found, ('files under tools/ named by the package (a tool must hand '
+                       'the package the command instead):\n' + '\n'.join(found))
+
+
+def test_the_tools_check_catches_a_planted_script_path(tmp_path):
+    """A path built from parts (the recipe once started
+    ``osp.join(root, 'tools', 'train.py')``), a path constant, the path part of
+    an f-string and a command line handed to a process are reported; docstrings,
+    sentences to the user and other names are not."""
+    package = tmp_path / 'mmdinomamba' / 'studies'
+    package.mkdir(parents=True)
+    (package / 'bad.py').write_text(
+        'import os\nimport os.path as osp\nimport subprocess\nimport sys\n'
+        'def train(root, cfg):\n'
+        '    """Runs tools/train.py (a docstring may say so)."""\n'
+        "    subprocess.Popen([sys.executable, osp.join(root, 'tools', 'train.py'),\n"
+        '                      cfg])\n'
+        "SCRIPT = 'tools/train.py'\n"
+        "def path(root):\n    return f'{root}/tools/test.py'\n"
+        "def shell(cfg):\n    os.system('python tools/train.py ' + cfg)\n")
+    (package / 'ok.py').write_text(
+        '"""Run ``python tools/train.py CONFIG`` (a docstring)."""\n'
+        'class A:\n    """tools/train.py in a class docstring."""\n'
+        'def message(cfg):\n'
+        "    raise ValueError(f'train it first: python tools/train.py {cfg}')\n"
+        "NAMES = ('mytools/x.py', 'tools.py', 'toolsets/a')\n")
+    assert tools_named(str(tmp_path / 'mmdinomamba')) == [
+        "mmdinomamba/studies/bad.py:11: '/tools/test.py'",
+        "mmdinomamba/studies/bad.py:13: 'python tools/train.py '",
+        "mmdinomamba/studies/bad.py:7: 'tools'",
+        "mmdinomamba/studies/bad.py:9: 'tools/train.py'"]
 
 
 def test_no_circle_of_imports_anywhere_in_the_package():
@@ -218,7 +340,10 @@ def test_no_circle_of_imports_anywhere_in_the_package():
 @pytest.mark.parametrize('source,target', [
     ('ops', 'models'), ('models', 'analysis'), ('models', 'engine'),
     ('evaluation', 'engine'), ('datasets', 'analysis'), ('engine', 'analysis'),
-    ('ops', 'engine'), ('analysis', 'tools'), ('utils', 'ops'), ('utils', 'engine')])
+    ('ops', 'engine'), ('analysis', 'tools'), ('utils', 'ops'), ('utils', 'engine'),
+    ('analysis', 'studies'), ('engine', 'studies'), ('models', 'studies'),
+    ('evaluation', 'studies'), ('datasets', 'studies'), ('studies', 'tools'),
+    ('studies', 'registry')])
 def test_the_rule_catches_an_upward_import(tmp_path, source, target):
     """Planted upward imports are reported (so the test above can fail)."""
     package = tmp_path / 'mmdinomamba' / source / 'sub'

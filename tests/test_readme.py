@@ -122,7 +122,7 @@ def test_quick_start_data_step_makes_the_data_the_config_reads(load_tool):
     assert args.formats is None or 'imagenet' in args.formats  # ImageNet-S masks
     assert args.overwrite  # a second run, or one after make demo, replaces it
     # make demo's data (the README's expected losses are the demo's DINO run)
-    from mmdinomamba.analysis.recipe_presets import PRESETS
+    from mmdinomamba.studies.comparison.presets import PRESETS
     demo = PRESETS['demo'].data
     assert (args.train_per_class, args.val_per_class) == \
         (demo['train_per_class'], demo['val_per_class'])

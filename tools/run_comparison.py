@@ -6,7 +6,8 @@
         [--cfg-options K=V ...] [--probe-epochs N] [--probe-cfg-options K=V ...]
         [--out DIR] [--preset compare|seq256]
 
-The 'compare' preset of :mod:`mmdinomamba.analysis.recipe`: the rich toy data
+The 'compare' preset of ``tools/run_recipe.py``
+(:mod:`mmdinomamba.studies.comparison.recipe`): the rich toy data
 (12 shape-and-texture classes, 64 px, with masks), DINO pretraining of each
 model of ``configs/compare/`` (ViT, DinoVim, LinearViT, PlainMLLA: same width,
 depth, data, head and schedule), each teacher and each run's init
@@ -28,39 +29,21 @@ model.backbone.out_indices=[-2,-1] model.backbone.frozen_stages=2
 model.neck.in_channels=384 model.head.in_channels=384`` instead of ``--no-probe``).
 """
 import importlib.util
-import logging
-import logging.handlers
 import os.path as osp
-import sys
-
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
-def recipe_presets():
-    """``mmdinomamba/analysis/recipe_presets.py`` (data and argparse only), read
-    without importing the package, whose import loads torch and the OpenMMLab
-    registries: ``--help`` and bad arguments are answered at once."""
-    spec = importlib.util.find_spec('mmdinomamba')  # finds it, runs nothing
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit('mmdinomamba is not installed: run `make install` (or '
-                 '`pip install -e .`) first')
-    path = osp.join(spec.submodule_search_locations[0], 'analysis', 'recipe_presets.py')
-    module_spec = importlib.util.spec_from_file_location('_recipe_presets', path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_spec.name] = module  # dataclasses look their module up
-    module_spec.loader.exec_module(module)
+def run_recipe():
+    """``tools/run_recipe.py`` (the command line of every preset), loaded from
+    beside this file."""
+    path = osp.join(osp.dirname(osp.abspath(__file__)), 'run_recipe.py')
+    spec = importlib.util.spec_from_file_location('_run_recipe', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 
 def main(argv=None):
-    recipe_presets().parse_command_line('compare', ROOT, argv, ('compare', 'seq256'))
-    # the warnings the libraries raise while they import (pkg_resources, ...) wait
-    # here for the run's log file (recipe.log_to_file), off the screen
-    logging.captureWarnings(True)
-    logging.getLogger('py.warnings').addHandler(
-        logging.handlers.MemoryHandler(10000, flushLevel=logging.CRITICAL + 1))
-    from mmdinomamba.analysis.recipe import main as run
-    run('compare', ROOT, argv, ('compare', 'seq256'))
+    run_recipe().main(argv, preset='compare', presets=('compare', 'seq256'))
 
 
 if __name__ == '__main__':

@@ -1,4 +1,6 @@
-"""Analysis tools: activation maps, mixing-matrix materialisation, rank measures.
+"""Analysis tools, the measures on one model: activation maps, mixing-matrix
+materialisation, rank measures, FLOPs (the studies across models that use them:
+:mod:`mmdinomamba.studies`).
 
 Everything here reads models through one API (:mod:`.adapters`): a backbone's
 ``forward_intermediates`` / ``token_mixer`` and a mixer's ``mixing_info`` /

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from mmdinomamba.analysis import (analyse_backbone, layer_activation_maps,
                                   mixing_matrices, mixing_values)
-from mmdinomamba.analysis.comparison import (load_split, measure_backbone,
+from mmdinomamba.studies.comparison.measures import (load_split, measure_backbone,
                                              rank_by_layer)
 from mmdinomamba.analysis.mixing import capture_mixer_calls, mixer_info
 from mmdinomamba.analysis.mixing_rank import near_far_ranks, offdiag_bounds

@@ -1,5 +1,6 @@
-"""analysis/ reads our models only through their API: no isinstance on our backbone
-or mixer classes, and no private attribute of theirs (AST over analysis/*.py)."""
+"""analysis/ and studies/ read our models only through their API: no isinstance on
+our backbone or mixer classes, and no private attribute of theirs (AST over
+analysis/*.py and studies/**/*.py)."""
 import ast
 import inspect
 import os.path as osp
@@ -10,8 +11,9 @@ import torch.nn as nn
 import mmdinomamba.models.backbones as backbones
 import mmdinomamba.models.mixers as mixers
 
-ANALYSIS = osp.join(osp.dirname(osp.abspath(__file__)), '..', '..', 'mmdinomamba',
-                    'analysis')
+PACKAGE = osp.join(osp.dirname(osp.abspath(__file__)), '..', '..', 'mmdinomamba')
+ANALYSIS = osp.join(PACKAGE, 'analysis')
+STUDIES = osp.join(PACKAGE, 'studies')
 
 
 def our_classes():
@@ -76,7 +78,10 @@ def test_the_check_sees_guessing():
 def test_analysis_uses_the_model_api_only():
     classes, private = our_classes(), private_names()
     bad = []
-    for path in sorted(glob(osp.join(ANALYSIS, '*.py'))):
-        bad += [f'{osp.basename(path)} {f}' for f in
+    paths = sorted(glob(osp.join(ANALYSIS, '*.py')) +
+                   glob(osp.join(STUDIES, '**', '*.py'), recursive=True))
+    assert any(p.endswith(osp.join('expressivity', 'probe.py')) for p in paths)
+    for path in paths:
+        bad += [f'{osp.relpath(path, PACKAGE)} {f}' for f in
                 findings(open(path).read(), classes, private)]
     assert not bad, '\n'.join(bad)

@@ -30,7 +30,7 @@ def checkpoint(tmp_path):
 def test_tool_writes_the_report(tmp_path, tool, checkpoint, capsys):
     from mmengine.config import Config
 
-    from mmdinomamba.analysis.expressivity_targets import trained_attention
+    from mmdinomamba.studies.expressivity.targets import trained_attention
     from mmdinomamba.analysis.loading import load_backbone
     out = tmp_path / 'report'
     paths = tool.main([
@@ -54,7 +54,7 @@ def test_tool_writes_the_report(tmp_path, tool, checkpoint, capsys):
     # the trained target's floors are those of the model's own attention
     cfg = Config.fromfile(VIT)
     T = trained_attention(load_backbone(cfg, checkpoint), cfg, 32, layer=1, head=2)
-    from mmdinomamba.analysis.expressivity_targets import rank_floors
+    from mmdinomamba.studies.expressivity.targets import rank_floors
     fit = next(f for f in data['fits'] if f['target'] == 'trained_attention' and
                f['seqlen'] == 32 and f['family'] == 'linear' and
                f['inputs'] == 'random')
@@ -67,7 +67,7 @@ def test_trained_attention_is_the_heads_matrix_among_the_patches(checkpoint):
     patch rows and columns, and each row's remainder is the [CLS] column."""
     from mmengine.config import Config
 
-    from mmdinomamba.analysis.expressivity_targets import (normalise_image,
+    from mmdinomamba.studies.expressivity.targets import (normalise_image,
                                                            trained_attention,
                                                            trained_attention_image)
     from mmdinomamba.analysis.loading import load_backbone
@@ -112,7 +112,7 @@ def test_trained_attention_of_a_grid_mixer():
     patches (no [CLS])."""
     from mmengine.config import Config
 
-    from mmdinomamba.analysis.expressivity_targets import (normalise_image,
+    from mmdinomamba.studies.expressivity.targets import (normalise_image,
                                                            trained_attention,
                                                            trained_attention_image)
     from mmdinomamba.analysis.loading import load_backbone

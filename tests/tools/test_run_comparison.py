@@ -1,5 +1,5 @@
 """tools/run_comparison.py: the 'compare' preset of the recipe, end to end on a CPU
-with a tiny budget (the recipe's parts: tests/analysis/test_recipe.py)."""
+with a tiny budget (the recipe's parts: tests/studies/test_recipe.py)."""
 import glob
 import json
 import os.path as osp
@@ -8,9 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from mmdinomamba.analysis import recipe
-from mmdinomamba.analysis.comparison import repo_relative
-from mmdinomamba.analysis.recipe import COMPARE_MODELS, SEQ256_MODELS
+from mmdinomamba.studies.comparison.measures import repo_relative
+from mmdinomamba.studies.comparison.recipe import COMPARE_MODELS, SEQ256_MODELS
 
 NAMES = [m.name for m in COMPARE_MODELS]
 # the recipe on a CPU in seconds: 2-layer models, one epoch of DINO and of each probe
@@ -37,7 +36,7 @@ def test_cpu_run_end_to_end(tmp_path, script, capsys):
     """--device cpu (float32 training, no AMP) through every model of the table."""
     pytest.importorskip('mmpretrain')
     work = str(tmp_path / 'cmp')
-    recipe.main('compare', osp.dirname(osp.dirname(script.__file__)), [
+    script.main([
         '--work-dir', work, '--data-root', str(tmp_path / 'data'), *TINY_CPU_BUDGET])
     out = capsys.readouterr().out
     for step in range(1, 6):
@@ -132,9 +131,9 @@ def test_cpu_run_at_256_tokens_end_to_end(tmp_path, script, capsys):
     64 caps its mixing matrix's rank below the sequence length."""
     pytest.importorskip('mmpretrain')
     work, out = str(tmp_path / 'cmp'), str(tmp_path / 'report256')
-    recipe.main('compare', osp.dirname(osp.dirname(script.__file__)), [
+    script.main([
         '--preset', 'seq256', '--work-dir', work, '--data-root', str(tmp_path / 'data'),
-        '--out', out, *TINY_CPU_BUDGET], presets=('compare', 'seq256'))
+        '--out', out, *TINY_CPU_BUDGET])
     stdout = capsys.readouterr().out
     for step in range(1, 6):
         assert f'[{step}/5] ' in stdout

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def specs_from_args(models, probes, cfg_options=None) -> list:
     """ModelSpecs from the ``--model`` and ``--probe`` triples."""
-    from mmdinomamba.analysis.comparison import ModelSpec
+    from mmdinomamba.studies.comparison.measures import ModelSpec
     specs = {}
     for name, config, checkpoint in models:
         if name in specs:
@@ -102,8 +102,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     # imported after parsing, so that --help answers at once
     from mmdinomamba.analysis.activation_maps import METHODS
-    from mmdinomamba.analysis.comparison import compare_models, load_split, paired_gains
-    from mmdinomamba.analysis.comparison_report import display, write_comparison_report
+    from mmdinomamba.studies.comparison.measures import compare_models, load_split, paired_gains
+    from mmdinomamba.studies.comparison.report import display, write_comparison_report
     unknown = [m for m in args.maps if m not in METHODS]
     if unknown:
         parser.error(f'argument --maps: invalid choice: {unknown[0]!r} (choose from '

@@ -8,7 +8,7 @@ Writes ``report.md``, ``report.json`` and the figures ``error_vs_seqlen.png``,
         --out-dir docs/images/expressivity
 
 Without ``--grid`` the sweep is ``DEFAULT_GRIDS``
-(:mod:`mmdinomamba.analysis.expressivity_sweep`). ``--grid TARGETS SEQLENS WIDTHS
+(:mod:`mmdinomamba.studies.expressivity.sweep`). ``--grid TARGETS SEQLENS WIDTHS
 HEADS`` (comma-separated lists, repeatable) replaces it, e.g.
 ``--grid permutation,band_1d 64,128 16 1``, with the inputs of ``--inputs``
 (``random``, ``positional`` or both). The 'trained_attention' target needs
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--out-dir', required=True, help='report folder')
     parser.add_argument('--families', nargs='+',
                         help='mixer families (default: all of '
-                        'mmdinomamba.analysis.expressivity.FAMILIES)')
+                        'mmdinomamba.studies.expressivity.probe.FAMILIES)')
     parser.add_argument('--grid', nargs=4, action='append',
                         metavar=('TARGETS', 'SEQLENS', 'WIDTHS', 'HEADS'),
                         help='targets x sequence lengths x widths x heads, each a '
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='MAX_SEQLEN STEPS RESTARTS [MAX_EVALUATIONS]: evaluations '
                         'of each start, random restarts and the most evaluations '
                         'of a fit up to MAX_SEQLEN tokens; repeatable (default: '
-                        'the tiers of mmdinomamba.analysis.expressivity_sweep.Budget)')
+                        'the tiers of mmdinomamba.studies.expressivity.sweep.Budget)')
     parser.add_argument('--inputs', default='random',
                         help='kinds of token input of the --grid grids, '
                         "comma-separated: 'random', 'positional' (default: random)")
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 def grids_from_args(specs, inputs: str = 'random') -> tuple:
     """Grids from the ``--grid`` quadruples and ``--inputs`` (``DEFAULT_GRIDS``
     without any)."""
-    from mmdinomamba.analysis.expressivity_sweep import DEFAULT_GRIDS, Grid
+    from mmdinomamba.studies.expressivity.sweep import DEFAULT_GRIDS, Grid
     if not specs:
         return DEFAULT_GRIDS
     grids = []
@@ -97,9 +97,9 @@ def main(argv=None) -> dict:
     parser = build_parser()
     args = parser.parse_args(argv)
     # imported after parsing, so that --help answers at once
-    from mmdinomamba.analysis.expressivity import FAMILIES, check_device
-    from mmdinomamba.analysis.expressivity_report import write_expressivity_report
-    from mmdinomamba.analysis.expressivity_sweep import Budget, plan_sweep, run_sweep
+    from mmdinomamba.studies.expressivity.probe import FAMILIES, check_device
+    from mmdinomamba.studies.expressivity.report import write_expressivity_report
+    from mmdinomamba.studies.expressivity.sweep import Budget, plan_sweep, run_sweep
     args.families = args.families or list(FAMILIES)
     try:
         check_device(args.device)
@@ -112,7 +112,7 @@ def main(argv=None) -> dict:
                              'and --attention-checkpoint (or leave it out of --grid)')
         loader = None
         if needs_model:
-            from mmdinomamba.analysis.expressivity_targets import (
+            from mmdinomamba.studies.expressivity.targets import (
                 check_attention_head, trained_attention)
             from mmdinomamba.analysis.loading import load_backbone, load_config
             # the whole sweep is checked before the model is loaded

@@ -389,7 +389,7 @@ def normalise_image(image: np.ndarray, cfg) -> Tensor:
     """(h, w, 3) uint8 RGB -> (1, 3, h, w) float32 with the config's mean and std
     (its ``model.data_preprocessor`` or ``data_preprocessor``; mmpretrain's
     ImageNet values when it has none)."""
-    from .images import DEFAULT_PREPROCESSOR
+    from mmdinomamba.analysis.images import DEFAULT_PREPROCESSOR
     pre = ((cfg.get('model') or {}).get('data_preprocessor') or
            cfg.get('data_preprocessor') or {})
     if 'mean' not in pre or 'std' not in pre:
@@ -403,8 +403,8 @@ def normalise_image(image: np.ndarray, cfg) -> Tensor:
 def check_attention_head(backbone, layer: int, head: int):
     """The block index and mixer of ``layer``, or a ValueError if the backbone
     has no such layer or the mixer no such head."""
-    from .adapters import as_backbone, normalise_layers
-    from .mixing import mixer_info
+    from mmdinomamba.analysis.adapters import as_backbone, normalise_layers
+    from mmdinomamba.analysis.mixing import mixer_info
     api = as_backbone(backbone)
     index = normalise_layers([layer], api.num_layers)[0]
     mixer = api.token_mixer(index)
@@ -440,9 +440,9 @@ def trained_attention(backbone, cfg, seqlen: int, layer: int = -1, head: int = 0
     Returns:
         Tensor: (seqlen, seqlen) float64.
     """
-    from .adapters import as_backbone, eval_no_grad
-    from .loading import backbone_config
-    from .mixing import mixer_info, mixing_matrices
+    from mmdinomamba.analysis.adapters import as_backbone, eval_no_grad
+    from mmdinomamba.analysis.loading import backbone_config
+    from mmdinomamba.analysis.mixing import mixer_info, mixing_matrices
     api = as_backbone(backbone)
     index, mixer = check_attention_head(backbone, layer, head)
     info = mixer_info(mixer)

@@ -2,7 +2,7 @@
 
 A sweep is a list of :class:`Grid` s; each grid is the product of its targets,
 sequence lengths, widths, heads and kinds of input, and every family of the
-sweep is fitted on every cell (:func:`~.expressivity.fit_matrix`: a
+sweep is fitted on every cell (:func:`~.probe.fit_matrix`: a
 constructive start where the family has one, restarts, and the convergence
 rule). :data:`DEFAULT_GRIDS` is the sweep of docs/expressivity.md, at width 16
 and one head unless said:
@@ -16,14 +16,14 @@ and one head unless said:
 - widths {8, 32} at L = 128 for the permutation.
 
 Each cell reports ``[lower bound, best fit]``: the largest certified floor of
-the family (:func:`~.expressivity.family_floors`) and the best error found.
+the family (:func:`~.probe.family_floors`) and the best error found.
 Containment is enforced: a family's cell is never reported worse than a cell it
-contains (:data:`~.expressivity.CONTAINS`: a smaller width or fewer heads,
+contains (:data:`~.probe.CONTAINS`: a smaller width or fewer heads,
 the causal SSD inside the bidirectional one, MLLA inside MLLA with LePE) on the
 same target, L and inputs; a cell that takes the contained cell's fit says so
 (``inherited_from``); where the parameters nest (the SSDs: a smaller N, the
 causal SSD in the bidirectional one), the fit also starts from the contained
-cell's best fit (:func:`~.expressivity.nested_state`, start 'contained'). A
+cell's best fit (:func:`~.probe.nested_state`, start 'contained'). A
 fit above 1 (worse than the zero matrix) is "no fit".
 :class:`Budget` sets the base evaluations and random restarts per fit by L;
 restarts also start from the best parameters of the same family, target,
@@ -41,11 +41,11 @@ import numpy as np
 import torch
 from mmengine.logging import print_log
 
-from .expressivity import (FAMILIES, INPUTS, check_device, check_family,
-                           check_fit_args, contained_cells, family_floors, fit_matrix,
-                           has_offdiag_block, nested_state, nests, token_features)
-from .expressivity_targets import (TARGETS, build_target, causal_floor, check_target,
-                                   offdiag_block, rank_floors)
+from .probe import (FAMILIES, INPUTS, check_device, check_family,
+                    check_fit_args, contained_cells, family_floors, fit_matrix,
+                    has_offdiag_block, nested_state, nests, token_features)
+from .targets import (TARGETS, build_target, causal_floor, check_target,
+                      offdiag_block, rank_floors)
 
 Tensor = torch.Tensor
 
@@ -55,7 +55,7 @@ __all__ = ['Budget', 'DEFAULT_GRIDS', 'Grid', 'SweepCell', 'plan_sweep', 'run_sw
 @dataclass(frozen=True)
 class Grid:
     """Targets x sequence lengths x widths x heads x inputs
-    (:data:`~.expressivity.INPUTS`)."""
+    (:data:`~.probe.INPUTS`)."""
     targets: Tuple[str, ...]
     seqlens: Tuple[int, ...]
     widths: Tuple[int, ...] = (16, )
@@ -140,7 +140,7 @@ def plan_sweep(families: Sequence[str], grids: Sequence[Grid], budget: Budget,
     """The cells of a sweep, every one checked before any work.
 
     Args:
-        families (Sequence[str]): keys of :data:`~.expressivity.FAMILIES`.
+        families (Sequence[str]): keys of :data:`~.probe.FAMILIES`.
         grids (Sequence[Grid]): the grids.
         budget (Budget): evaluations and restarts per fit.
         memory_limit_gb (float): the most memory one fit may need.
@@ -232,23 +232,23 @@ def run_sweep(families: Sequence[str], grids: Sequence[Grid] = DEFAULT_GRIDS,
     """Fit every family on every cell of ``grids``.
 
     Args:
-        families (Sequence[str]): keys of :data:`~.expressivity.FAMILIES`.
+        families (Sequence[str]): keys of :data:`~.probe.FAMILIES`.
         grids (Sequence[Grid]): Defaults to :data:`DEFAULT_GRIDS`.
         budget (Budget): evaluations and restarts per fit.
         feature_dim (int): width of the fixed token features
-            (:func:`~.expressivity.token_features`). Defaults to 128.
+            (:func:`~.probe.token_features`). Defaults to 128.
         seed (int): seed of the features, the random targets and the restarts.
             Defaults to 0.
         memory_limit_gb (float): the most memory one fit may need. Defaults to 8.
         trained_attention (callable, optional): ``seqlen -> T`` for the
             'trained_attention' target (see
-            :func:`~.expressivity_targets.trained_attention`).
+            :func:`~.targets.trained_attention`).
         show_seqlen (int, optional): keep the fitted matrices (and the targets)
             at this L (first grid's width, heads and inputs), for the figure of
             matrices.
         progress (bool): log one line per fit. Defaults to True.
         device (str | torch.device): where the fits run
-            (:func:`~.expressivity.fit_matrix`). Defaults to 'cpu'.
+            (:func:`~.probe.fit_matrix`). Defaults to 'cpu'.
         tol (float): the convergence rule's least gain. Defaults to 1e-3.
 
     Returns:

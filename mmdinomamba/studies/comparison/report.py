@@ -1,4 +1,4 @@
-"""The report of :func:`mmdinomamba.analysis.comparison.compare_models`.
+"""The report of :func:`mmdinomamba.studies.comparison.measures.compare_models`.
 
 Files under ``out_dir`` (each written atomically: a complete file or none):
 
@@ -33,7 +33,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from mmdinomamba.utils import write_text_atomic
-from .figures import pyplot, save_figure
+from mmdinomamba.analysis.figures import pyplot, save_figure
 
 __all__ = ['format_markdown', 'write_comparison_report']
 
@@ -58,7 +58,7 @@ def _ci(c: Optional[dict], scale: float = 1.0, digits: int = 3, sign: str = '') 
 
 def _gain(c: Optional[dict], scale: float = 1.0, digits: int = 3) -> str:
     """A paired gain with its sign and the order its interval decides."""
-    from .comparison import order_word
+    from .measures import order_word
     if c is None:
         return '—'
     return f'{_ci(c, scale, digits, "+")} {order_word(c)}'
@@ -310,7 +310,7 @@ def write_comparison_report(results: dict, out_dir: str, images: np.ndarray,
     """Write the report files (module docstring) under ``out_dir``.
 
     Args:
-        results (dict): :func:`~mmdinomamba.analysis.comparison.compare_models`.
+        results (dict): :func:`~mmdinomamba.studies.comparison.measures.compare_models`.
         out_dir (str): output folder (created).
         images (np.ndarray): (num, height, width, 3) in [0, 1], the images of
             ``results['meta']['map_paths']`` for display.
@@ -339,7 +339,7 @@ def write_comparison_report(results: dict, out_dir: str, images: np.ndarray,
 
 def display(images) -> List[np.ndarray]:
     """Normalised (num, 3, h, w) tensors -> (num, h, w, 3) in [0, 1] for display."""
-    from .images import DEFAULT_PREPROCESSOR
+    from mmdinomamba.analysis.images import DEFAULT_PREPROCESSOR
     x = images.detach().cpu().float().permute(0, 2, 3, 1).numpy()
     std, mean = DEFAULT_PREPROCESSOR['std'], DEFAULT_PREPROCESSOR['mean']
     return np.clip((x * np.array(std) + np.array(mean)) / 255, 0, 1)

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import torch
 
-import mmdinomamba.analysis.expressivity as ex
-from mmdinomamba.analysis.expressivity import (FAMILIES, ProbeModel, fit_matrix,
+import mmdinomamba.studies.expressivity.probe as ex
+from mmdinomamba.studies.expressivity.probe import (FAMILIES, ProbeModel, fit_matrix,
                                                sample_matrix, token_features)
-from mmdinomamba.analysis.expressivity_sweep import Budget, Grid, plan_sweep, run_sweep
-from mmdinomamba.analysis.expressivity_targets import (build_target, causal_floor,
+from mmdinomamba.studies.expressivity.sweep import Budget, Grid, plan_sweep, run_sweep
+from mmdinomamba.studies.expressivity.targets import (build_target, causal_floor,
                                                        check_target, grid_shape,
                                                        offdiag_block, rank_floors)
 
@@ -315,7 +315,7 @@ def test_bad_targets_fail_first(no_work):
 
 
 def test_bad_sweeps_fail_first(no_work, monkeypatch):
-    import mmdinomamba.analysis.expressivity_sweep as sweep
+    import mmdinomamba.studies.expressivity.sweep as sweep
     monkeypatch.setattr(sweep, 'build_target', ex.ProbeModel)  # forbidden too
     budget = Budget(((4096, 5, 1), ))
     with pytest.raises(ValueError, match='GiB.*shorter sequence'):
@@ -340,7 +340,7 @@ def test_bad_sweeps_fail_first(no_work, monkeypatch):
 def test_sweep_reports_intervals_containment_and_writes_the_report(tmp_path):
     import json
 
-    from mmdinomamba.analysis.expressivity_report import write_expressivity_report
+    from mmdinomamba.studies.expressivity.report import write_expressivity_report
     grids = [Grid(('permutation', 'band_1d', 'trained_attention'), (16, 24), (4, ),
                   (1, )),
              Grid(('permutation', ), (16, ), (2, 4), (1, 2)),
@@ -423,7 +423,7 @@ def test_sweep_reports_intervals_containment_and_writes_the_report(tmp_path):
 def test_a_report_at_one_length_draws_no_curves(tmp_path):
     """Figures with nothing to show are neither drawn nor linked: a sweep at one
     L has no curves against L, and none against width."""
-    from mmdinomamba.analysis.expressivity_report import write_expressivity_report
+    from mmdinomamba.studies.expressivity.report import write_expressivity_report
     results = run_sweep(['softmax'], [Grid(('band_1d', ), (12, ), (2, ))],
                         Budget(((16, 4, 1), )), feature_dim=12, progress=False)
     paths = write_expressivity_report(results, str(tmp_path))
@@ -463,7 +463,7 @@ def test_semiseparable_floor_is_attained_by_a_single_block():
     blocks have rank <= 2 is T with that block truncated (every split block of
     it is a sub-block of a rank-2 block, or zero), and its error is the
     block's Eckart-Young tail: the floor is exact."""
-    from mmdinomamba.analysis.expressivity_targets import semiseparable_floor
+    from mmdinomamba.studies.expressivity.targets import semiseparable_floor
     g = torch.Generator().manual_seed(0)
     L, k, r = 12, 5, 2
     T = torch.zeros(L, L, dtype=torch.float64)
@@ -484,7 +484,7 @@ def test_semiseparable_floor_closed_form_at_four_tokens():
     """At L = 4 and rank 1 the only binding split block is M[2:, :2] (the
     others are 3 x 1 and 1 x 3): the least error is that 2 x 2 block's smaller
     singular value, |det| / s_1 (two-sided: plus the upper block's)."""
-    from mmdinomamba.analysis.expressivity_targets import semiseparable_floor
+    from mmdinomamba.studies.expressivity.targets import semiseparable_floor
     g = torch.Generator().manual_seed(1)
     T = torch.randn(4, 4, generator=g, dtype=torch.float64)
     for two_sided in (False, True):
@@ -502,7 +502,7 @@ def test_ssd_matrices_are_semiseparable_and_obey_the_floor(family):
     <= N, below (and above, bidirectional) the diagonal; so no SSD matrix, nor
     a brute-force minimum over a free semiseparable parametrisation, beats the
     floor."""
-    from mmdinomamba.analysis.expressivity_targets import semiseparable_floor
+    from mmdinomamba.studies.expressivity.targets import semiseparable_floor
     L, N = 16, 2
     X = token_features(L, 8, seed=2)
     T = build_target('permutation', L, seed=5)
@@ -550,7 +550,7 @@ def test_ssd_matrices_are_semiseparable_and_obey_the_floor(family):
 def test_project_simplex_against_bisection():
     """Sort-and-threshold against an independent bisection on the threshold
     theta (sum max(v - theta, 0) = total)."""
-    from mmdinomamba.analysis.expressivity_targets import project_simplex
+    from mmdinomamba.studies.expressivity.targets import project_simplex
     g = torch.Generator().manual_seed(3)
     V = torch.randn(6, 9, generator=g, dtype=torch.float64)
     for total in (0.0, 0.3, 1.0, 4.0):
@@ -571,7 +571,7 @@ def test_row_sum_floor_is_the_distance_to_equal_row_sums():
     explicit projection; non-negative with equal row sums: the floor is below
     every scaled row-stochastic matrix drawn, equals a fine grid's minimum over
     the common sum to 1e-6, and is attained by a feasible matrix."""
-    from mmdinomamba.analysis.expressivity_targets import (project_simplex,
+    from mmdinomamba.studies.expressivity.targets import (project_simplex,
                                                            row_sum_floor)
     g = torch.Generator().manual_seed(4)
     T = torch.rand(10, 10, generator=g, dtype=torch.float64) ** 3
@@ -666,7 +666,7 @@ def test_a_fit_above_one_is_no_fit():
     assert r.reported is None
     r.best = 0.97
     assert r.reported == 0.97
-    from mmdinomamba.analysis.expressivity_report import interval
+    from mmdinomamba.studies.expressivity.report import interval
     assert interval(dict(best=None, lower_bound=0.5, converged=True)) == \
         '[0.500, no fit]'
     assert interval(dict(best=0.7, lower_bound=0.5, converged=False,
@@ -675,7 +675,7 @@ def test_a_fit_above_one_is_no_fit():
 
 
 def test_decided_orders_need_intervals_apart():
-    from mmdinomamba.analysis.expressivity_report import decided_orders
+    from mmdinomamba.studies.expressivity.report import decided_orders
     rows = [dict(family='a', best=0.1, lower_bound=0.05),
             dict(family='b', best=0.3, lower_bound=0.2),
             dict(family='c', best=0.25, lower_bound=0.0)]

@@ -4,20 +4,23 @@
     python tools/run_comparison.py   # preset 'compare', the mixers side by side
     python tools/run_comparison.py --preset seq256   # the same at 256 tokens
 
+(both aliases of ``tools/run_recipe.py``, which parses the command line and
+hands :func:`run_recipe` the train command).
+
 Steps, each announced when it starts; the libraries' output goes to
 ``<work-dir>/<step>.log`` (a training run) or ``<work-dir>/recipe.log``:
 
 1. the rich toy dataset (:func:`mmdinomamba.datasets.make_toy_dataset`; nothing
    to do when it is there);
-2. DINO pretraining of each model through ``tools/train.py``, on its config with
-   the data root, the run length and ``--cfg-options`` merged (written to
-   ``<work-dir>/configs/`` first): the mean loss of each epoch is printed as the
-   epoch ends;
+2. DINO pretraining of each model through the train command the caller hands in
+   (the tools hand in their ``train.py``), on its config with the data root, the
+   run length and ``--cfg-options`` merged (written to ``<work-dir>/configs/``
+   first): the mean loss of each epoch is printed as the epoch ends;
 3. the teacher backbone of the run's last checkpoint, and of ``init.pth``, the
    weights the run started from (``InitialWeightsHook``): "random init" below;
 4. a linear probe on the teacher (and, in 'compare', on the init);
 5. the teacher against its own random init on the held-out images
-   (:func:`~mmdinomamba.analysis.comparison.compare_models`): k-NN top-1, the
+   (:func:`~mmdinomamba.studies.comparison.measures.compare_models`): k-NN top-1, the
    Binary-AUC of the attention and the cosine map, each with its bootstrap
    interval, and the teacher's paired gain; the report and its figures in
    ``<work-dir>/report/`` or ``--out`` (``activation_maps.png``: the teacher's
@@ -37,7 +40,6 @@ import math
 import os
 import os.path as osp
 import subprocess
-import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -49,12 +51,12 @@ from mmdinomamba.engine import (amp_twin, epoch_checkpoints, epoch_losses,
                                 read_scalars, set_data_root, set_num_workers,
                                 set_run_length)
 from mmdinomamba.utils import write_atomic
-from .recipe_presets import (COMPARE_MODELS, DEMO_MODELS, PRESETS, SEQ256_MODELS,
-                             Preset, RecipeModel, build_parser, parse_command_line)
+from .presets import (COMPARE_MODELS, DEMO_MODELS, PRESETS, SEQ256_MODELS,
+                      Preset, RecipeModel)
 
 __all__ = ['COMPARE_MODELS', 'DEMO_MODELS', 'PRESETS', 'Preset', 'RecipeError',
-           'RecipeModel', 'SEQ256_MODELS', 'TrainingRun', 'build_parser', 'dino_config',
-           'ended_epochs', 'loss_fell', 'main', 'parse_command_line', 'probe_config', 'run_recipe',
+           'RecipeModel', 'SEQ256_MODELS', 'TrainingRun', 'dino_config',
+           'ended_epochs', 'loss_fell', 'probe_config', 'run_recipe',
            'side_by_side', 'verdict', 'watch', 'warmup_epochs']
 
 
@@ -136,19 +138,23 @@ def ended_epochs(records: List[dict], after: int,
 
 
 class TrainingRun:
-    """``tools/train.py CONFIG --work-dir WORK_DIR``, its output in ``log``.
+    """``TRAIN_COMMAND CONFIG --work-dir WORK_DIR`` in a process of its own, its
+    output in ``log``.
 
     Args:
         label (str): its name on the screen.
-        root (str): the repository root (``tools/train.py``, the cwd).
+        root (str): the repository root (the cwd, put on ``PYTHONPATH``).
+        train_command (Sequence[str]): the command that trains one config, taking
+            ``CONFIG --work-dir WORK_DIR`` (e.g. ``[sys.executable,
+            '<root>/<train script>']``); the caller names it, the package does not.
         config (str): the config file.
         work_dir (str): the run's work dir.
         log (str): the file that gets the process's output.
         device (str): 'cpu' hides the GPUs from the process.
     """
 
-    def __init__(self, label: str, root: str, config: str, work_dir: str, log: str,
-                 device: str = 'cpu'):
+    def __init__(self, label: str, root: str, train_command: Sequence[str],
+                 config: str, work_dir: str, log: str, device: str = 'cpu'):
         self.label, self.work_dir, self.log = label, work_dir, log
         self.max_epochs = Config.fromfile(config).train_cfg.max_epochs
         self.earlier = set(logged_runs(work_dir))
@@ -161,8 +167,7 @@ class TrainingRun:
         self.start = time.time()
         with open(log, 'w') as f:
             self.proc = subprocess.Popen(
-                [sys.executable, osp.join(root, 'tools', 'train.py'), config,
-                 '--work-dir', work_dir], cwd=root, stdout=f,
+                [*train_command, config, '--work-dir', work_dir], cwd=root, stdout=f,
                 stderr=subprocess.STDOUT, env=env)
 
     def records(self) -> List[dict]:
@@ -181,7 +186,7 @@ class TrainingRun:
     def failure(self) -> str:
         with open(self.log) as f:
             tail = f.readlines()[-30:]
-        return (f'{self.label}: tools/train.py failed (exit status '
+        return (f'{self.label}: the training run failed (exit status '
                 f'{self.proc.returncode}); the end of {self.log}:\n' + ''.join(tail))
 
     def stop(self) -> None:
@@ -267,13 +272,13 @@ def verdict(name: str, init: dict, teacher: dict, pair: dict,
     Binary-AUC (the demo's gate).
 
     The words follow the 95 % interval of each paired gain
-    (:func:`~mmdinomamba.analysis.comparison.order_word`): "better" or "worse"
+    (:func:`~mmdinomamba.studies.comparison.measures.order_word`): "better" or "worse"
     only where it excludes 0, "ties" where it includes 0, whatever the means.
 
     Returns:
         tuple: (the sentences, whether both means are higher).
     """
-    from .comparison import order_word
+    from .measures import order_word
 
     def words(gain, what):
         order = order_word(gain)
@@ -349,17 +354,18 @@ def log_to_file(path: str) -> MMLogger:
 # --------------------------------------------------------------------------- #
 # The pipeline
 # --------------------------------------------------------------------------- #
-def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
+def run_recipe(preset: Preset, root: str, args: argparse.Namespace,
+               train_command: Sequence[str]) -> bool:
     """Run ``preset`` (module docstring) from the repository at ``root`` with the
-    options of :func:`build_parser`; whether its gate passed (True without a
-    gate).
+    options of ``tools/run_recipe.py``; whether its gate passed (True without a
+    gate). ``train_command`` trains one config (:class:`TrainingRun`).
 
     Raises:
         RecipeError: a step failed.
     """
     from mmdinomamba.datasets import make_toy_dataset
-    from .comparison import (ModelSpec, compare_models, load_split, paired_gains)
-    from .comparison_report import display, write_comparison_report
+    from .measures import (ModelSpec, compare_models, load_split, paired_gains)
+    from .report import display, write_comparison_report
 
     work_dir, data_root = osp.abspath(args.work_dir), osp.abspath(args.data_root)
     models = [m for m in preset.models if m.name in args.models]
@@ -404,7 +410,7 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
             def start():
                 if not args.parallel:
                     say(f'      {m.name}: {m.dino}')
-                return TrainingRun(m.name, root, dino_configs[m.name],
+                return TrainingRun(m.name, root, train_command, dino_configs[m.name],
                                    osp.join(work_dir, m.name),
                                    osp.join(work_dir, f'dino_{m.name}.log'), device)
             return start
@@ -458,7 +464,7 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
                 def start(key=key, config=config, probe_dir=probe_dir):
                     if not args.parallel:
                         say(f'      {key}: {shown(config)}')
-                    return TrainingRun(key, root, config, probe_dir,
+                    return TrainingRun(key, root, train_command, config, probe_dir,
                                        f'{probe_dir}.log', device)
                 starts.append(start)
         run_all(starts, args.parallel)
@@ -547,21 +553,3 @@ def run_recipe(preset: Preset, root: str, args: argparse.Namespace) -> bool:
             'init on both k-NN and the attention map\'s Binary-AUC')
     return passed or not preset.gate
 
-
-def main(preset: str, root: str, argv: Optional[Sequence[str]] = None,
-         presets: Sequence[str] = ()) -> None:
-    """The command line of a preset: parse ``argv``, run, exit 1 on a failed
-    step or a failed gate. ``presets``: the presets ``--preset`` chooses from
-    (``preset`` is the default), none: ``preset`` alone."""
-    chosen, args = parse_command_line(preset, root, argv, presets)
-    import torch
-    if args.device is None:
-        args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    start = time.time()
-    try:
-        passed = run_recipe(chosen, root, args)
-    except (RecipeError, FileNotFoundError, ValueError) as err:
-        sys.exit(f'{chosen.name} failed: {err}')
-    say(f'[{time.time() - start:.0f} s in all]')
-    if not passed:
-        sys.exit(1)

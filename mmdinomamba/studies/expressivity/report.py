@@ -1,4 +1,4 @@
-"""The report of :func:`mmdinomamba.analysis.expressivity_sweep.run_sweep`.
+"""The report of :func:`mmdinomamba.studies.expressivity.sweep.run_sweep`.
 
 Files under ``out_dir`` (each written atomically: a complete file or none):
 
@@ -24,8 +24,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from mmdinomamba.utils import write_text_atomic
-from .expressivity import FAMILIES
-from .figures import pyplot, save_figure
+from mmdinomamba.analysis.figures import pyplot, save_figure
+from .probe import FAMILIES
 
 __all__ = ['decided_orders', 'format_markdown', 'write_expressivity_report']
 
@@ -186,7 +186,7 @@ def format_markdown(results: dict, title: str = 'Expressivity of token mixers',
         f'# {title}', '',
         'Each cell is `[lower bound, best fit]` of the relative error '
         '`||M - T||_F / ||T||_F` of the mixer\'s own matrix M against the target '
-        'T (`mmdinomamba.analysis.expressivity`): the family\'s best lies between '
+        'T (`mmdinomamba.studies.expressivity.probe`): the family\'s best lies between '
         'the two. The lower bound is the largest certified floor of the family '
         '(Eckart-Young at its rank, equal row sums, the causal and semiseparable '
         'floors; `family_floors`); the best fit is the lowest error over the '

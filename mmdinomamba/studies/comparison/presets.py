@@ -1,17 +1,15 @@
-"""The recipes' presets and command line, as data and argparse only.
+"""The recipes' presets, as data only.
 
 Nothing here imports torch, mmengine or the rest of the package's dependencies:
-``tools/run_demo.py`` and ``tools/run_comparison.py`` read this file on its own to
+``tools/run_recipe.py`` reads this file on its own to build its command line,
 answer ``--help`` and reject bad arguments at once, before
-:mod:`mmdinomamba.analysis.recipe` (which runs the recipe) is imported.
+:mod:`mmdinomamba.studies.comparison.recipe` (which runs the recipe) is imported.
 """
-import argparse
-import os.path as osp
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 __all__ = ['COMPARE_MODELS', 'DEMO_MODELS', 'PRESETS', 'Preset', 'RecipeModel',
-           'SEQ256_MODELS', 'build_parser', 'parse_command_line']
+           'SEQ256_MODELS']
 
 
 @dataclass(frozen=True)
@@ -133,91 +131,3 @@ PRESETS = {
         title='Token mixers side by side at 256 tokens'),
 }
 
-
-def build_parser(preset: Preset, root: str,
-                 presets: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The command line of ``preset`` (relative paths are read from the current
-    folder; the defaults lie under ``root``), with ``--preset`` among
-    ``presets`` when there are several."""
-    names = [m.name for m in preset.models]
-    parser = argparse.ArgumentParser(description=preset.summary)
-    if len(presets) > 1:
-        parser.add_argument('--preset', choices=presets, default=preset.name,
-                            help='which recipe (the defaults below are its own): ' +
-                            '; '.join(f'{p}: {PRESETS[p].summary}' for p in presets))
-    parser.add_argument('--work-dir', default=osp.join(root, preset.work_dir),
-                        help='folder for configs, checkpoints, logs and the report '
-                        f'(default: {preset.work_dir} of the repository)')
-    parser.add_argument('--data-root', default=osp.join(root, preset.data_root),
-                        help=f'toy dataset folder (default: {preset.data_root} of the '
-                        'repository)')
-    parser.add_argument('--out',
-                        help='folder for the report, its JSON and its figures '
-                        '(default: report/ in the work dir)')
-    parser.add_argument('--models', nargs='+', choices=names, default=names,
-                        help='which models to run (default: all)')
-    parser.add_argument('--device', choices=['cpu', 'cuda'],
-                        help='where training and measures run (default: cuda when '
-                        'there is one); cpu trains in float32')
-    parser.add_argument('--epochs', type=int,
-                        help="DINO epochs (default: the config's), warm-up a tenth")
-    parser.add_argument('--train-per-class', type=int,
-                        default=preset.data['train_per_class'],
-                        help='toy training images per class')
-    parser.add_argument('--val-per-class', type=int,
-                        default=preset.data['val_per_class'],
-                        help='toy held-out images per class')
-    parser.add_argument('--placement', choices=('centred', 'uniform'),
-                        default=preset.data.get('placement', 'centred'),
-                        help="where the toy objects go: 'uniform' (no centre bias) "
-                        "or 'centred' (the shapes inside the image, their pixels "
-                        "crowding its centre); default: the preset's, "
-                        f"{preset.data.get('placement', 'centred')}")
-    parser.add_argument('--rank-images', type=int, default=preset.rank_images,
-                        help='held-out images whose mixing matrices are ranked '
-                        '(0: none)')
-    parser.add_argument('--num-workers', type=int,
-                        help="data workers of every loader (default: the configs')")
-    parser.add_argument('--parallel', action='store_true',
-                        help='train the models at the same time (small models on '
-                        'one GPU leave it mostly idle: each run is bound by its '
-                        'host process)')
-    parser.add_argument('--skip-train', action='store_true',
-                        help='reuse the DINO runs of the work dir, and the linear '
-                        'probes that finished')
-    parser.add_argument('--no-probe', action='store_true', help='no linear probes')
-    parser.add_argument('--probe-epochs', type=int,
-                        help="the probes' epochs (default: their config's)")
-    parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
-                        help='overrides of every DINO run (as tools/train.py '
-                        'takes them); the model.backbone.* ones also reach the '
-                        'probes')
-    parser.add_argument('--probe-cfg-options', nargs='+', default=[],
-                        metavar='KEY=VALUE', help='overrides of every linear probe')
-    return parser
-
-
-def parse_command_line(preset: str, root: str, argv: Optional[Sequence[str]] = None,
-                       presets: Sequence[str] = ()
-                       ) -> Tuple['Preset', argparse.Namespace]:
-    """The chosen preset and the parsed ``argv`` (``--preset`` among ``presets``
-    picks the defaults); bad values exit with argparse's usage error (status 2)."""
-    if len(presets) > 1:
-        first = argparse.ArgumentParser(add_help=False)
-        first.add_argument('--preset', choices=presets, default=preset)
-        preset = first.parse_known_args(argv)[0].preset
-    chosen = PRESETS[preset]
-    parser = build_parser(chosen, root, presets)
-    args = parser.parse_args(argv)
-    for name in ('epochs', 'probe_epochs', 'train_per_class', 'val_per_class'):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f'--{name.replace("_", "-")} must be >= 1, got {value}')
-    if args.device == 'cuda':
-        import torch
-        if not torch.cuda.is_available():
-            # before the data, the configs and four trainings are written
-            parser.error('--device cuda: this machine has no CUDA device '
-                         '(torch.cuda.is_available() is False); run with --device '
-                         'cpu (training in float32)')
-    return chosen, args

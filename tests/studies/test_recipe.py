@@ -1,6 +1,7 @@
-"""The recipe runner (mmdinomamba/analysis/recipe.py): its model table and configs,
-the configs it writes for each run, its watch over training processes, and what
-it prints and judges (the end-to-end runs: tests/tools/test_run_*.py)."""
+"""The recipe runner (mmdinomamba/studies/comparison/recipe.py): its model table
+and configs, the configs it writes for each run, its watch over training
+processes, and what it prints and judges (its command line:
+tests/tools/test_run_recipe.py; the end-to-end runs: tests/tools/test_run_*.py)."""
 import json
 import os.path as osp
 import sys
@@ -8,8 +9,8 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from mmdinomamba.analysis import recipe
 from mmdinomamba.datasets.transforms.dino_multicrop import BLUR_RADIUS
+from mmdinomamba.studies.comparison import recipe
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 COMPARE = {m.name: m for m in recipe.COMPARE_MODELS}
@@ -142,6 +143,26 @@ class FakeRun:
 
 
 @pytest.mark.slow
+def test_a_training_run_starts_the_command_it_is_handed(tmp_path):
+    """TrainingRun starts the caller's train command with ``CONFIG --work-dir
+    DIR``, from the root and with the root on PYTHONPATH; the package names no
+    script of its own."""
+    config = tmp_path / 'cfg.py'
+    config.write_text('train_cfg = dict(max_epochs=3)\n')
+    echo = ('import json, os, sys; print(json.dumps([sys.argv[1:], os.getcwd(), '
+            'os.environ["PYTHONPATH"].split(os.pathsep)[0], '
+            'os.environ.get("CUDA_VISIBLE_DEVICES")]))')
+    run = recipe.TrainingRun('echo', str(tmp_path), [sys.executable, '-c', echo],
+                             str(config), str(tmp_path / 'work'),
+                             str(tmp_path / 'logs' / 'echo.log'), device='cpu')
+    assert run.proc.wait(timeout=60) == 0 and run.max_epochs == 3
+    with open(run.log) as f:
+        argv, cwd, path, visible = json.loads(f.read().strip().splitlines()[-1])
+    assert argv == [str(config), '--work-dir', str(tmp_path / 'work')]
+    assert (cwd, path, visible) == (str(tmp_path), str(tmp_path), '')
+
+
+@pytest.mark.slow
 def test_a_failed_run_stops_the_others(tmp_path):
     """--parallel: when one run fails, the recipe stops with its log and no other
     run is left going."""
@@ -206,7 +227,7 @@ def test_the_verdict_needs_a_higher_mean_on_both_measures():
                                        ((0.0, -0.01, 0.01), 'tie'),
                                        ((0.01, 0.0, 0.02), 'tie')])
 def test_order_words_follow_the_interval(gain, word):
-    from mmdinomamba.analysis.comparison import order_word
+    from mmdinomamba.studies.comparison.measures import order_word
     assert order_word(dict(zip(('mean', 'low', 'high'), gain))) == word
 
 
@@ -231,37 +252,6 @@ def test_loss_fell_compares_first_and_last_epoch():
     for curve in ({1: 6.08, 10: 6.60}, {1: 5.0, 2: 5.0}):
         assert not recipe.loss_fell('DINO', curve)[1]
     assert recipe.loss_fell('probe', {}) == ('probe: no loss was logged', False)
-
-
-def test_the_command_line_checks_its_numbers(capsys):
-    with pytest.raises(SystemExit):
-        recipe.main('compare', ROOT, ['--epochs', '0'])
-    assert '--epochs must be >= 1, got 0' in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        recipe.main('compare', ROOT, ['--models', 'mlp'])
-    assert "invalid choice: 'mlp'" in capsys.readouterr().err
-
-
-def test_the_preset_is_chosen_on_the_command_line(capsys):
-    """--preset picks the preset whose defaults the rest of the line gets; without
-    several presets there is no --preset."""
-    presets = ('compare', 'seq256')
-    for name in presets:
-        args = recipe.build_parser(recipe.PRESETS[name], ROOT, presets).parse_args(
-            ['--preset', name])
-        assert args.preset == name
-        assert args.work_dir == osp.join(ROOT, recipe.PRESETS[name].work_dir)
-        assert args.val_per_class == recipe.PRESETS[name].data['val_per_class']
-        assert args.out is None
-    with pytest.raises(SystemExit):
-        recipe.main('compare', ROOT, ['--preset', 'seq256', '--epochs', '0'], presets)
-    assert '--epochs must be >= 1, got 0' in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        recipe.main('compare', ROOT, ['--preset', 'seq512'], presets)
-    assert "invalid choice: 'seq512'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        recipe.main('compare', ROOT, ['--preset', 'seq256'])
-    assert 'unrecognized arguments: --preset' in capsys.readouterr().err
 
 
 SEQ256 = {m.name: m for m in recipe.SEQ256_MODELS}

@@ -8,8 +8,9 @@ image of a split and each requested block it keeps
   ``cls_token`` output at the last block), (dim,);
 - the Binary-AUC (:func:`mmdinomamba.evaluation.binary_auc`, exact, the
   default of :class:`~mmdinomamba.evaluation.BinaryAUC`) of each kind of
-  activation map asked for (``map_methods``, :mod:`.activation_maps`: the
-  'cosine' map of the readout against the patches, or the 'attention' map, the
+  activation map asked for (``map_methods``,
+  :mod:`mmdinomamba.analysis.activation_maps`: the 'cosine' map of the readout
+  against the patches, or the 'attention' map, the
   readout's row of the mixing matrix) of every head and of the head-mean map,
   upsampled bilinearly to the image, against the image's foreground (label not in
   ``background_indices``, default 0; ``ignore_index`` pixels left out).
@@ -38,11 +39,13 @@ import torch.nn as nn
 from mmengine.utils import ProgressBar
 
 from mmdinomamba.evaluation import binary_auc_batch, foreground_mask, knn_accuracy
-from .activation_maps import (METHODS, activation_maps, cosine_similarity_maps,
-                              intermediate_attention_rows, upsample_maps)
-from .adapters import as_backbone, eval_no_grad, normalise_layers
-from .images import DEFAULT_PREPROCESSOR
-from .mixing import mixer_info
+from mmdinomamba.analysis.activation_maps import (METHODS, activation_maps,
+                                                  cosine_similarity_maps,
+                                                  intermediate_attention_rows,
+                                                  upsample_maps)
+from mmdinomamba.analysis.adapters import as_backbone, eval_no_grad, normalise_layers
+from mmdinomamba.analysis.images import DEFAULT_PREPROCESSOR
+from mmdinomamba.analysis.mixing import mixer_info
 
 Tensor = torch.Tensor
 
@@ -420,7 +423,7 @@ def load_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
         FileNotFoundError: the config or the checkpoint does not exist.
         ValueError: the config builds no backbone, or the checkpoint does not fit.
     """
-    from .loading import backbone_config, load_backbone
+    from mmdinomamba.analysis.loading import backbone_config, load_backbone
     config = _config(spec.config, f'model {spec.name!r}:')
     if spec.cfg_options:
         config.merge_from_dict(spec.cfg_options)
@@ -525,7 +528,7 @@ def rank_by_layer(backbone: nn.Module, images: Tensor, chunk: int,
         ``global_bound``, ``offdiag_bound_algebra``, ``offdiag_bound_paper``,
         ``seqlen``, ``chunk``, ``nheads``, ``d_qk``, ``within_bounds``.
     """
-    from .mixing_rank import analyse_backbone
+    from mmdinomamba.analysis.mixing_rank import analyse_backbone
     report = analyse_backbone(backbone, images, chunk=chunk, device=device,
                               progress=progress)
     rows = []

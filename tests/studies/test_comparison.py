@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mmdinomamba.analysis.adapters import as_backbone
-from mmdinomamba.analysis.comparison import (ModelSpec, compare_models, knn_hits,
+from mmdinomamba.studies.comparison.measures import (ModelSpec, compare_models, knn_hits,
                                              load_model, load_split,
                                              measure_backbone, paired_gain,
                                              paired_gains, rank_by_layer)
@@ -326,7 +326,7 @@ def test_per_image_values_and_paired_gain(data, configs):
         paired_gain(vim, shorter)
     # the per-image values go into the JSON report, as plain lists (nan: None),
     # so that every paired statistic can be recomputed from it
-    from mmdinomamba.analysis.comparison_report import _json_ready
+    from mmdinomamba.studies.comparison.report import _json_ready
     stored = _json_ready(report)['models'][0]['per_image']
     assert stored['knn'] == report['models'][0]['per_image']['knn'].tolist()
     assert all(v is None or isinstance(v, float) for v in stored['auc']['cosine'])
@@ -359,7 +359,7 @@ def test_reference_maps_match_sklearn_and_the_maps_of_a_grey_image(data, configs
     values."""
     from sklearn.metrics import roc_auc_score
 
-    from mmdinomamba.analysis.comparison import (centred_gaussian_map,
+    from mmdinomamba.studies.comparison.measures import (centred_gaussian_map,
                                                  grey_image_maps, measure_maps,
                                                  preprocess_image)
     _, train, val = data
@@ -401,7 +401,7 @@ def test_report_json_stores_the_pairs_and_relative_paths(tmp_path, data, configs
                                                          monkeypatch):
     """report.json is valid JSON (nan as null) with the per-image values, and the
     paths relative to the folder the tool ran in."""
-    from mmdinomamba.analysis.comparison_report import _probe, write_comparison_report
+    from mmdinomamba.studies.comparison.report import _probe, write_comparison_report
     _, train, val = data
     monkeypatch.chdir(osp.dirname(configs['dinovim']))
     report = compare_models([ModelSpec('vim', configs['dinovim']),
@@ -450,7 +450,7 @@ def test_probe_checkpoint_must_fit_the_probe(tmp_path, configs, data):
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS as CLS_MODELS
 
-    from mmdinomamba.analysis.comparison import probe_hits
+    from mmdinomamba.studies.comparison.measures import probe_hits
     _, _, val = data
     probe = dict(type='ImageClassifier', backbone=MODELS['dinovim'],
                  head=dict(type='LinearClsHead', num_classes=3, in_channels=32))

@@ -2,7 +2,7 @@
 
 The paper bounds the rank of each mixer's matrix (softmax > SSD > linear
 attention). The probe measures it end to end: for a mixer family, a width and a
-target matrix T (seqlen x seqlen, :mod:`.expressivity_targets`) it fits the
+target matrix T (seqlen x seqlen, :mod:`.targets`) it fits the
 mixer's parameters so that the mixer's own M matches T, and reports the relative
 error ``||M - T||_F / ||T||_F`` as an interval: a certified lower bound
 (:func:`family_floors`) and the best fit found.
@@ -32,7 +32,7 @@ w (D_QK or the state size N) and H heads::
   With one head ``a`` is a scale. A family whose matrices are per channel
   (MLLA with LePE: attention plus each channel's 3 x 3 stencil) gets one
   weight per channel in the same way. A mixer on a token grid gets the grid
-  :func:`~.expressivity_targets.grid_shape` (L), tokens in raster order.
+  :func:`~.targets.grid_shape` (L), tokens in raster order.
 - Fit (:func:`fit_matrix`): minimise ``||M - T||_F^2 / ||T||_F^2`` in float32
   from several starts (the family's constructive start, :data:`STARTS`; a
   contained family's fit, :func:`nested_state`; a warm start; random draws;
@@ -76,7 +76,7 @@ mlla_lepe          the same with ``lepe=True``, key ``'whole'``        L        
 block below the diagonal has rank <= H w + W + 1 (no floor drawn).
 
 "block" is the block strictly below the diagonal
-(:func:`~.expressivity_targets.offdiag_block`). The SSD's bound there is N per
+(:func:`~.targets.offdiag_block`). The SSD's bound there is N per
 head: Mamba-2's decay is one scalar per head and token, so its mask has rank 1
 on that block (docs/rank_analysis.md).
 """
@@ -91,9 +91,9 @@ import torch
 import torch.nn as nn
 
 from mmdinomamba.models.mixers.positional import depthwise_conv_matrix
-from .adapters import as_mixer
-from .expressivity_targets import (causal_floor, check_target, grid_shape, offdiag_block,
-                                   rank_floors, row_sum_floor, semiseparable_floor)
+from mmdinomamba.analysis.adapters import as_mixer
+from .targets import (causal_floor, check_target, grid_shape, offdiag_block,
+                      rank_floors, row_sum_floor, semiseparable_floor)
 
 Tensor = torch.Tensor
 
@@ -436,7 +436,7 @@ def probe_memory_bytes(family: str, seqlen: int, width: int, heads: int) -> int:
 # --------------------------------------------------------------------------- #
 def family_floors(family: str, T: Tensor, width: int, heads: int) -> Dict[str, float]:
     """Certified lower bounds on the relative error of any M of the family
-    (:mod:`.expressivity_targets`): name -> floor. The family's best error lies
+    (:mod:`.targets`): name -> floor. The family's best error lies
     in ``[max(floors), best fit]``.
 
     - 'rank': Eckart-Young at the family's rank bound (linear attention, MLLA);
@@ -613,7 +613,7 @@ def _softmax_start(model: 'ProbeModel', T: Tensor) -> None:
     ``u G u^T`` the best of :func:`_softmax_candidates`, then ``q = u``,
     ``k = u G^T / s`` (s the logit scale) through the embedding and the qkv
     projection, and the head weight the least-squares scale."""
-    from .adapters import MMPretrainAttention
+    from mmdinomamba.analysis.adapters import MMPretrainAttention
     mixer = model.mixer
     d = mixer.head_dims
     scale = MMPretrainAttention(mixer).logit_scale()
