@@ -65,12 +65,11 @@ from mmdinomamba.models.checkpoint import (checkpoint_state_dict, load_backbone_
                                            pretrained_cfg, PRETRAINED_KEYS)
 from mmdinomamba.models.mixers import LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import RopeTable, grid_conv
-from mmdinomamba.models.utils import drop_path_or_identity
+from mmdinomamba.models.utils import Mlp, drop_path_or_identity
 from mmdinomamba.ops import check_finite
 from mmdinomamba.utils import load_official_checkpoint
 from mmdinomamba.utils.arg_types import check_arg_types, check_like
 from .base import Intermediates, TokenLayout, _normalise_indices, resize_pos_embed
-from .linear_vit import Mlp
 from .mlla_official import convert, is_official, official_weights
 
 Tensor = torch.Tensor
