@@ -201,8 +201,11 @@ class PlainBackbone(BaseModule):
     """Base class: output formatting, position embeddings, freezing, lr decay.
 
     Subclasses set ``arch_zoo``/``essential_keys``/``feature_sources``, build
-    ``patch_embed``, ``pos_embed`` and ``layers`` and implement :meth:`embed`,
-    :meth:`forward_tokens` and :meth:`token_mixer`.
+    ``patch_embed``, ``pos_embed`` and ``layers`` and implement :meth:`embed`
+    (images -> tokens and their :class:`TokenLayout`),
+    ``forward_tokens(tokens, indices, feature_source=None, hw=None)`` (the blocks;
+    ``hw`` is the layout's patch grid, passed on every call, for blocks that need
+    it) and :meth:`token_mixer`. No state is kept between these calls.
 
     Analysis reads a backbone through :meth:`forward_intermediates` (per-block
     tokens, their :class:`TokenLayout`, the mixers' inputs) and
@@ -314,7 +317,7 @@ class PlainBackbone(BaseModule):
             _check_dense_out_type(self)  # reads mmengine's scope: not while compiling
             self._consumer_checked = True
         tokens, layout = self.embed(x)
-        feats = self.forward_tokens(tokens, self.out_indices)
+        feats = self.forward_tokens(tokens, self.out_indices, hw=layout.hw)
         return tuple(self.format_output(f, layout) for f in feats)
 
     # ------------------------------------------------------ per-layer analysis API
@@ -369,7 +372,7 @@ class PlainBackbone(BaseModule):
                 handles.append(self.token_mixer(i).register_forward_pre_hook(
                     lambda module, args, i=i: captured.__setitem__(i, args[0])))
         try:
-            feats = self.forward_tokens(tokens, indices, feature_source)
+            feats = self.forward_tokens(tokens, indices, feature_source, layout.hw)
         finally:
             for handle in handles:
                 handle.remove()

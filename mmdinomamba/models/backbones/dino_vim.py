@@ -237,8 +237,10 @@ class DinoVim(PlainBackbone):
 
     # ---------------------------------------------------------------- blocks
     def forward_tokens(self, tokens: Tensor, indices: Sequence[int],
-                       feature_source: Optional[str] = None) -> List[Tensor]:
-        """Run the blocks; return the (batch, seqlen, dim) output of each index.
+                       feature_source: Optional[str] = None,
+                       hw: Optional[Tuple[int, int]] = None) -> List[Tensor]:
+        """Run the blocks; return the (batch, seqlen, dim) output of each index
+        (``hw``, the patch grid, is not needed: the scan runs on the sequence).
 
         Stops after the last requested block. The blocks run through
         :attr:`stack_runner` (by default :meth:`run_blocks`: one call of

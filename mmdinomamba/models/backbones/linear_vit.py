@@ -130,7 +130,10 @@ class LinearViT(PlainBackbone):
         return tokens, self.token_layout(hw, x.device)
 
     def forward_tokens(self, tokens: Tensor, indices: Sequence[int],
-                       feature_source: Optional[str] = None) -> List[Tensor]:
+                       feature_source: Optional[str] = None,
+                       hw: Optional[Tuple[int, int]] = None) -> List[Tensor]:
+        """Run the blocks; the (batch, seqlen, dim) output of each index (``hw``,
+        the patch grid, is not needed)."""
         source = feature_source or self.feature_source
         outs = {}
         for i, layer in enumerate(self.layers[:max(indices) + 1]):
