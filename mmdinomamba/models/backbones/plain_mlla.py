@@ -22,7 +22,7 @@ import torch.nn as nn
 from mmdinomamba.models.mixers.protocol import require_grid
 from mmdinomamba.models.utils import linear_rates
 from mmdinomamba.utils.arg_types import check_arg_types
-from .base import PatchEmbed, PlainBackbone, TokenLayout
+from .base import PatchEmbed, PlainBackbone, TokenLayout, mean_readout_layout
 from .mlla import MLLA, MLLABlock
 
 Tensor = torch.Tensor
@@ -104,9 +104,7 @@ class PlainMLLA(PlainBackbone):
 
     def token_layout(self, hw: Tuple[int, int], device=None) -> TokenLayout:
         """Every token is a patch; the readout is their mean."""
-        every = torch.arange(hw[0] * hw[1], device=device)
-        return TokenLayout(readout=every, patches=every, hw=tuple(hw),
-                           readout_type='mean')
+        return mean_readout_layout(hw, device)
 
     def embed(self, x: Tensor) -> Tuple[Tensor, TokenLayout]:
         """(batch, C_in, H, W) -> patch tokens (batch, h * w, dim) and their layout;
