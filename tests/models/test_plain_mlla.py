@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from mmdinomamba.models.backbones import MLLABlock, PlainMLLA
+from tests.factories import PLAIN_MLLA_TINY, plain_mlla
 
-ARCH = dict(embed_dims=16, num_layers=3, num_heads=2, mlp_ratio=2.0)
+ARCH = PLAIN_MLLA_TINY
 
 
 def model(**kwargs):
-    torch.manual_seed(0)
-    return PlainMLLA(arch=ARCH, patch_size=4, drop_path_rate=0.0, **kwargs).eval()
+    return plain_mlla(patch_size=4, drop_path_rate=0.0, **kwargs).eval()
 
 
 def test_blocks_are_mllas_on_the_patch_grid():
