@@ -5,10 +5,11 @@ import torch
 import torch.nn as nn
 from einops import rearrange
 
-from mmdinomamba.ops import (BACKENDS, MixerParams, MixerSpec, RMSNorm, check_finite,
-                             direction_ssd_inputs, mixer_core, ssd_decay_mask,
-                             ssd_mixing_matrix, uses_fused_core)
 from mmdinomamba.models.utils import init_dt_bias
+from mmdinomamba.ops import (BACKENDS, CHUNK_SIZE, MixerParams, MixerSpec, RMSNorm,
+                             check_chunk_size, check_finite, direction_ssd_inputs,
+                             mixer_core, ssd_decay_mask, ssd_mixing_matrix,
+                             uses_fused_core)
 from mmdinomamba.utils.arg_types import check_arg_types
 from .protocol import Grid, MixerInfo
 
@@ -57,8 +58,10 @@ class SSDMixer(nn.Module):
         bias (bool): bias in the projections. Defaults to False.
         conv_bias (bool): bias in the conv. Defaults to True.
         chunk_size (int | str): chunk of the PyTorch scan, or 'auto' (the whole
-            sequence up to 128 tokens, else 64: :func:`mmdinomamba.ops.mixer.auto_chunk_size`).
-            It changes no weight, and no result beyond rounding. Defaults to 'auto'.
+            sequence up to 128 tokens, else 64: :func:`mmdinomamba.ops.spec.auto_chunk_size`).
+            It changes no weight, and no result beyond rounding; the fused Triton
+            path tiles by itself and says once that an explicit value is unused.
+            Defaults to :data:`mmdinomamba.ops.spec.CHUNK_SIZE` ('auto').
         bidirectional (bool): add the backward direction. Defaults to True.
         ssd_backend (str): see :data:`mmdinomamba.ops.BACKENDS`. Defaults to 'auto'.
         norm_eps (float): eps of the gated RMSNorm. Defaults to 1e-5.
@@ -77,7 +80,7 @@ class SSDMixer(nn.Module):
                  dt_init_floor: float = 1e-4,
                  bias: bool = False,
                  conv_bias: bool = True,
-                 chunk_size: Union[int, str] = 'auto',
+                 chunk_size: Union[int, str] = CHUNK_SIZE,
                  bidirectional: bool = True,
                  ssd_backend: str = 'auto',
                  norm_eps: float = 1e-5,
@@ -98,9 +101,7 @@ class SSDMixer(nn.Module):
         if ssd_backend not in BACKENDS:
             raise ValueError(f'SSDMixer: unknown ssd_backend {ssd_backend!r}; '
                              f'choose one of {BACKENDS}')
-        if chunk_size != 'auto' and not (isinstance(chunk_size, int) and chunk_size > 0):
-            raise ValueError(f"SSDMixer: chunk_size must be a positive int or 'auto', "
-                             f'got {chunk_size!r}')
+        check_chunk_size(chunk_size, 'SSDMixer')
         if A_init_range[0] <= 0 or A_init_range[1] < A_init_range[0]:
             raise ValueError(f'SSDMixer: A_init_range must be 0 < low <= high, '
                              f'got {A_init_range}')
