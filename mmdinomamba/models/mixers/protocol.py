@@ -8,8 +8,9 @@ and the values ``X`` they act on, so analysis never looks inside it:
 
 - ``mixing_info() -> MixerInfo``: kind, heads, query/key (or state) width and
   the names of the matrices;
-- ``mixing_matrices(u) -> {key: M}``, each M (batch, nheads, seqlen, seqlen);
-- ``mixing_values(u) -> {key: X}``, each X (batch, nheads, seqlen, headdim),
+- ``mixing_matrices(u, hw=None) -> {key: M}``, each M (batch, nheads, seqlen,
+  seqlen);
+- ``mixing_values(u, hw=None) -> {key: X}``, each X (batch, nheads, seqlen, headdim),
   with ``M X`` the mixer's per-head token mixing for that key (what exactly it
   reproduces is documented by each mixer).
 
