@@ -96,8 +96,8 @@ def note_chunk_size_unused(chunk_size: Union[int, str], path: str) -> None:
     a ``chunk_size`` other than :data:`CHUNK_SIZE`, which it cannot honour: the
     Triton kernels scan in tiles of their own (the result does not depend on the
     chunking; rounding may differ)."""
-    if chunk_size == CHUNK_SIZE or path in _CHUNK_NOTES \
-            or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or chunk_size == CHUNK_SIZE \
+            or path in _CHUNK_NOTES:
         return
     _CHUNK_NOTES.add(path)
     warnings.warn(f'{path}: chunk_size={chunk_size!r} is not used: the fused Triton '
