@@ -44,3 +44,41 @@ def mmpretrain_vit(embed_dims: int = 32, num_layers: int = 2, num_heads: int = 2
                                    num_heads=num_heads,
                                    feedforward_channels=feedforward_channels))
     return VisionTransformer(arch=arch, **kwargs)
+
+
+# Tiny MLLA archs (data). MLLA_SMALL is the arch of the official fixture
+# tests/data/official_mlla_small.pt (tests/data/make_official_mlla.py): tests that
+# compare with it must use it as it is.
+MLLA_SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
+                  mlp_ratio=4.0)
+MLLA_TINY = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8],
+                 mlp_ratio=2.0)
+PLAIN_MLLA_TINY = dict(embed_dims=16, num_layers=3, num_heads=2, mlp_ratio=2.0)
+
+
+def mlla_arch(base: Optional[dict] = None, **changes) -> dict:
+    """A fresh copy of the arch dict ``base`` (default :data:`MLLA_TINY`) with
+    ``changes`` (e.g. ``depths=[2, 1, 1, 1]``); also for a PlainMLLA arch."""
+    arch = {k: list(v) if isinstance(v, list) else v
+            for k, v in (MLLA_TINY if base is None else base).items()}
+    unknown = sorted(set(changes) - set(arch))
+    if unknown:
+        raise KeyError(f'mlla_arch: {unknown} are not keys of the arch {sorted(arch)}')
+    arch.update(changes)
+    return arch
+
+
+def mlla(seed: Optional[int] = 0, **kwargs):
+    """An :class:`~mmdinomamba.models.MLLA` of :data:`MLLA_TINY` (or ``arch``);
+    ``kwargs`` as MLLA's."""
+    from mmdinomamba.models import MLLA
+    _seeded(seed)
+    return MLLA(arch=kwargs.pop('arch', mlla_arch()), **kwargs)
+
+
+def plain_mlla(seed: Optional[int] = 0, **kwargs):
+    """A :class:`~mmdinomamba.models.PlainMLLA` of :data:`PLAIN_MLLA_TINY` (or
+    ``arch``); ``kwargs`` as PlainMLLA's."""
+    from mmdinomamba.models import PlainMLLA
+    _seeded(seed)
+    return PlainMLLA(arch=kwargs.pop('arch', mlla_arch(PLAIN_MLLA_TINY)), **kwargs)

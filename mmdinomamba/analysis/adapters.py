@@ -123,13 +123,13 @@ class MMPretrainAttention:
         raise ValueError(f'{type(attn).__name__}: unknown attention function {fn!r}; '
                          'cannot tell its logit scale')
 
-    def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
-        """``{'attention': M}``, (batch, nheads, seqlen, seqlen)."""
+    def mixing_matrices(self, u: Tensor, hw=None) -> Dict[str, Tensor]:
+        """``{'attention': M}``, (batch, nheads, seqlen, seqlen); ``hw`` ignored."""
         q, k, _ = self._qkv(u)
         return {'attention': softmax_attention_matrix(q, k, self.logit_scale())}
 
-    def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
-        """``{'attention': V}``, (batch, nheads, seqlen, head_dims)."""
+    def mixing_values(self, u: Tensor, hw=None) -> Dict[str, Tensor]:
+        """``{'attention': V}``, (batch, nheads, seqlen, head_dims); ``hw`` ignored."""
         return {'attention': self._qkv(u)[2]}
 
 

@@ -181,16 +181,6 @@ def softmax_logit_scale(attn: nn.Module) -> float:
     return as_mixer(attn).logit_scale()
 
 
-def _grid_args(info: MixerInfo, hw: Optional[Tuple[int, int]]) -> tuple:
-    """The extra arguments of a grid mixer's protocol methods."""
-    if not info.grid:
-        return ()
-    if hw is None:
-        raise ValueError(f"a '{info.kind}' mixer works on a token grid: pass hw="
-                         '(height, width) (capture_mixer_calls gives it)')
-    return (tuple(hw), )
-
-
 @torch.no_grad()
 def mixing_matrices(mixer: nn.Module, u: Tensor,
                     dtype: torch.dtype = torch.float64,
@@ -204,7 +194,7 @@ def mixing_matrices(mixer: nn.Module, u: Tensor,
         dtype (torch.dtype): compute dtype (mixer and input are cast to it).
             Defaults to float64.
         hw (tuple, optional): the token grid, needed by grid mixers
-            (``mixer_info(mixer).grid``).
+            (``mixer_info(mixer).grid``), ignored by the others.
 
     Returns:
         dict: key -> (batch, nheads, seqlen, seqlen) (per channel for
@@ -212,9 +202,8 @@ def mixing_matrices(mixer: nn.Module, u: Tensor,
         ``mixer_info(mixer).keys`` (see the module docstring for their meaning).
     """
     info = mixer_info(mixer)
-    grid = _grid_args(info, hw)
     mixer, u = _in_dtype(mixer, u, dtype)
-    mats = dict(mixer.mixing_matrices(u, *grid))
+    mats = dict(mixer.mixing_matrices(u, hw))
     if 'combined' in info.keys:
         mats['combined'] = (mats['forward'] + mats['backward']) / 2
     return mats
@@ -238,9 +227,8 @@ def mixing_values(mixer: nn.Module, u: Tensor,
         ('forward', 'backward'), or each channel's values (batch, dim, seqlen, 1)
         ('whole').
     """
-    grid = _grid_args(mixer_info(mixer), hw)
     mixer, u = _in_dtype(mixer, u, dtype)
-    return dict(mixer.mixing_values(u, *grid))
+    return dict(mixer.mixing_values(u, hw))
 
 
 @torch.no_grad()

@@ -35,7 +35,7 @@ torch, mmengine and the package's leaf, :mod:`mmdinomamba.utils`, only.
 import logging
 import os.path as osp
 from collections import OrderedDict
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -57,7 +57,7 @@ DINO_BRANCHES = {'teacher': 'teacher.backbone.', 'student': 'backbone.'}
 __all__ = ['BACKBONE_PREFIXES', 'DINO_BRANCHES', 'CheckedPretrainedInit', 'KeyReport',
            'check_finite', 'checked_backbone_state', 'checkpoint_state_dict', 'dino_backbone_state',
            'extract_dino_backbone', 'key_report', 'load_backbone_checkpoint',
-           'load_backbone_state', 'load_model_state', 'load_pretrained',
+           'load_backbone_state', 'load_model_state', 'load_pretrained', 'read_state_dict',
            'non_finite_tensors', 'pretrained_cfg', 'register_checked_pretrained',
            'resized_on_load', 'select_backbone_state', 'shape_mismatches']
 
@@ -296,8 +296,8 @@ def load_backbone_checkpoint(backbone: nn.Module, path: str,
     Returns:
         str: the prefix used.
     """
-    state = checkpoint_state_dict(_load_file(path, map_location), path)
-    return load_backbone_state(backbone, state, prefix, strict, path)
+    return load_backbone_state(backbone, read_state_dict(path, map_location), prefix,
+                               strict, path)
 
 
 def pretrained_cfg(init_cfg) -> Optional[dict]:
@@ -309,25 +309,41 @@ def pretrained_cfg(init_cfg) -> Optional[dict]:
     return found[0] if found else None
 
 
-def load_pretrained(backbone: nn.Module, cfg: dict) -> str:
+def read_state_dict(path: str, map_location='cpu') -> Dict[str, Tensor]:
+    """The state dict of a checkpoint file (any mmengine ``CheckpointLoader``
+    scheme), found by rule 1 of the module docstring."""
+    return checkpoint_state_dict(_load_file(path, map_location), path)
+
+
+def load_pretrained(backbone: nn.Module, cfg: dict,
+                    read_state: Callable[..., Dict[str, Tensor]] = read_state_dict) -> str:
     """Apply ``dict(type='Pretrained', checkpoint, prefix=None, map_location='cpu',
     strict=True)`` to ``backbone``.
+
+    Args:
+        backbone (nn.Module): the model to fill.
+        cfg (dict): the ``Pretrained`` entry of its ``init_cfg``.
+        read_state (callable): ``read_state(path, map_location)`` -> the file's
+            state dict (a backbone that converts foreign layouts passes its own).
+            Defaults to :func:`read_state_dict`.
 
     Returns:
         str: the prefix used.
     """
+    name = type(backbone).__name__
     unknown = sorted(set(cfg) - set(PRETRAINED_KEYS))
     if unknown:
-        raise ValueError(f'init_cfg Pretrained: unknown keys {unknown}; allowed: '
-                         f'{list(PRETRAINED_KEYS)}')
-    if not cfg.get('checkpoint'):
-        raise ValueError('init_cfg Pretrained needs a `checkpoint`')
+        raise ValueError(f'{name} init_cfg Pretrained: unknown keys {unknown}; '
+                         f'allowed: {list(PRETRAINED_KEYS)}')
+    path = cfg.get('checkpoint')
+    if not path:
+        raise ValueError(f'{name} init_cfg Pretrained needs a `checkpoint`')
     strict = cfg.get('strict', True)
     if not isinstance(strict, bool):
-        raise ValueError(f'init_cfg Pretrained: strict must be True or False, got '
-                         f'{strict!r}')
-    return load_backbone_checkpoint(backbone, cfg['checkpoint'], cfg.get('prefix'),
-                                    strict, cfg.get('map_location', 'cpu'))
+        raise ValueError(f'{name} init_cfg Pretrained: strict must be True or False, '
+                         f'got {strict!r}')
+    state = read_state(path, cfg.get('map_location', 'cpu'))
+    return load_backbone_state(backbone, state, cfg.get('prefix'), strict, path)
 
 
 def dino_backbone_state(state_dict: Dict[str, Tensor],

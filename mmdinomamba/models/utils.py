@@ -1,6 +1,37 @@
-"""Small building blocks shared by the backbones (torch only)."""
+"""Small building blocks shared by the backbones and mixers (torch only)."""
+import math
+
 import torch
 import torch.nn as nn
+
+Tensor = torch.Tensor
+
+
+class Mlp(nn.Module):
+    """Two linear maps with a GELU between: (..., dim) -> (..., hidden) -> (..., dim)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def init_dt_bias(nheads: int, dt_min: float, dt_max: float, floor: float,
+                 device=None, dtype=None) -> Tensor:
+    """A (nheads,) bias whose softplus is log-uniform in [dt_min, dt_max], clamped
+    below at ``floor`` (the initial step of an SSD or a forget gate).
+
+    softplus^-1(dt) = dt + log(1 - exp(-dt)); see
+    https://github.com/pytorch/pytorch/issues/72759.
+    """
+    dt = torch.exp(torch.rand(nheads, device=device) *
+                   (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    dt = dt.clamp(min=floor)
+    return (dt + torch.log(-torch.expm1(-dt))).to(dtype)
 
 
 class DropPath(nn.Module):

@@ -12,8 +12,9 @@ Inside, imports run one way (``tests/test_layering.py`` checks it)::
 PyTorch references; :mod:`mmdinomamba.ops.triton` (the fused kernels) is imported
 only on demand, by the dispatchers.
 """
-from .spec import (TRITON_DTYPES, BlockParams, BlockSpec, MixerParams, MixerSpec,
-                   at_least_float32, float32_or_wider, skip_kernels, split_projection)
+from .spec import (CHUNK_SIZE, TRITON_DTYPES, BlockParams, BlockSpec, MixerParams,
+                   MixerSpec, at_least_float32, auto_chunk_size, check_chunk_size,
+                   float32_or_wider, skip_kernels, split_projection)
 from .conv import causal_depthwise_conv1d
 from .norm import RMSNorm, add_rms_norm_ref, gated_rms_norm, rms_norm
 from .ssd import (discretize_dt, segsum, ssd_chunked, ssd_decay_mask,
@@ -26,7 +27,8 @@ from .mixer import direction_ssd_inputs, mixer_core, mixer_core_ref
 from .blocks import blocks_loop, run_blocks
 
 __all__ = [
-    'BACKENDS', 'BlockParams', 'BlockSpec', 'MixerParams', 'MixerSpec', 'RMSNorm',
+    'BACKENDS', 'BlockParams', 'BlockSpec', 'CHUNK_SIZE', 'MixerParams', 'MixerSpec',
+    'RMSNorm', 'auto_chunk_size', 'check_chunk_size',
     'TRITON_DTYPES', 'add_rms_norm', 'add_rms_norm_ref', 'at_least_float32',
     'blocks_loop', 'causal_depthwise_conv1d', 'check_finite', 'check_ssd_inputs',
     'direction_ssd_inputs', 'discretize_dt', 'float32_or_wider', 'gated_rms_norm',

@@ -33,13 +33,14 @@ import functools
 import importlib.util
 import os
 import warnings
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.logging import print_log
 
 from .norm import add_rms_norm_ref
-from .spec import TRITON_DTYPES, BlockSpec, MixerSpec, compute_dtype, dry_run
+from .spec import (CHUNK_SIZE, TRITON_DTYPES, BlockSpec, MixerSpec, check_chunk_size,
+                   compute_dtype, dry_run, note_chunk_size_unused, resolve_chunk_size)
 from .ssd import SSDOutput, ssd_chunked, ssd_quadratic, ssd_ref
 
 Tensor = torch.Tensor
@@ -202,7 +203,7 @@ def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
                      D: Optional[Tensor] = None, z: Optional[Tensor] = None,
                      dt_bias: Optional[Tensor] = None,
                      initial_states: Optional[Tensor] = None,
-                     chunk_size: int = 256) -> None:
+                     chunk_size: Union[int, str] = CHUNK_SIZE) -> None:
     """Raise a ValueError naming the first argument with a wrong shape.
 
     Also rejects a non-finite ``dt`` (it would silently poison the scan):
@@ -237,9 +238,7 @@ def check_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
         raise _shape_error(
             'initial_states', '(batch, nheads, headdim, dstate) = '
             f'{(batch, nheads, headdim, dstate)}', initial_states)
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f'ssd: `chunk_size` must be a positive int, '
-                         f'got {chunk_size!r}')
+    check_chunk_size(chunk_size, 'ssd')
     check_finite(dt, 'ssd: `dt`')
 
 
@@ -333,7 +332,7 @@ def check_quadratic_length(seqlen: int) -> None:
 # Dispatchers
 # --------------------------------------------------------------------------- #
 def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-             chunk_size: int = 256, D: Optional[Tensor] = None,
+             chunk_size: Union[int, str] = CHUNK_SIZE, D: Optional[Tensor] = None,
              z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
              dt_softplus: bool = False, initial_states: Optional[Tensor] = None,
              return_final_states: bool = False, backend: str = 'auto') -> SSDOutput:
@@ -348,7 +347,8 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     and float32:
     ``'auto'`` scans float64 with ``'chunked'``; its chunk is its own tile size, so
     ``chunk_size`` only matters to the PyTorch backends, where it changes rounding,
-    not the result) or mamba-ssm's.
+    not the result; an explicit one is noted once as unused:
+    :func:`~mmdinomamba.ops.spec.note_chunk_size_unused`) or mamba-ssm's.
 
     Args:
         x (Tensor): (batch, seqlen, nheads, headdim).
@@ -356,7 +356,9 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
         A (Tensor): (nheads,).
         B (Tensor): (batch, seqlen, ngroups, dstate).
         C (Tensor): (batch, seqlen, ngroups, dstate).
-        chunk_size (int): tokens per chunk of the PyTorch backends. Defaults to 256.
+        chunk_size (int | str): tokens per chunk of the PyTorch backends, or
+            'auto' (:func:`~mmdinomamba.ops.spec.auto_chunk_size`). Defaults to
+            :data:`~mmdinomamba.ops.spec.CHUNK_SIZE` ('auto').
         D (Tensor, optional): (nheads,) or (nheads, headdim).
         z (Tensor, optional): (batch, seqlen, nheads, headdim); output * silu(z).
         dt_bias (Tensor, optional): (nheads,).
@@ -373,10 +375,11 @@ def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     needs_states = initial_states is not None or return_final_states
     chosen = resolve_backend(backend, x.device, needs_states, x.dtype)
     if chosen == 'triton':
+        note_chunk_size_unused(chunk_size, "ssd_scan (backend 'triton')")
         from .triton import ssd_triton
         return ssd_triton(x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
                           dt_softplus=dt_softplus)
-    kwargs = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias,
+    kwargs = dict(chunk_size=resolve_chunk_size(chunk_size, x.shape[1]), D=D, z=z, dt_bias=dt_bias,
                   dt_softplus=dt_softplus, initial_states=initial_states,
                   return_final_states=return_final_states)
     if chosen == 'mamba_ssm':

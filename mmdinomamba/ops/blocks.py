@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from .backend import add_rms_norm, uses_fused_blocks
 from .mixer import mixer_core
-from .spec import BlockParams, BlockSpec, block_indices
+from .spec import BlockParams, BlockSpec, block_indices, note_chunk_size_unused
 
 Tensor = torch.Tensor
 
@@ -69,6 +69,8 @@ def run_blocks(tokens: Tensor, params: Sequence[BlockParams],
     says so, else :func:`blocks_loop`. Same arguments and result as
     :func:`blocks_loop`."""
     if uses_fused_blocks(tokens, specs):
+        for spec in specs:
+            note_chunk_size_unused(spec.mixer.chunk_size, 'SSD blocks (fused Triton stack)')
         from .triton import blocks_triton
         return blocks_triton(tokens, params, specs, scales, indices)
     return blocks_loop(tokens, params, specs, scales, indices)

@@ -22,23 +22,10 @@ from einops import rearrange
 from .backend import ssd_scan, uses_fused_core
 from .conv import causal_depthwise_conv1d
 from .norm import gated_rms_norm
-from .spec import MixerParams, MixerSpec, at_least_float32, split_projection
+from .spec import (MixerParams, MixerSpec, at_least_float32, note_chunk_size_unused,
+                   split_projection)
 
 Tensor = torch.Tensor
-
-
-def auto_chunk_size(seqlen: int) -> int:
-    """The PyTorch scan's chunk for ``chunk_size='auto'``: the whole sequence up to
-    128 tokens, else 64. The intra-chunk step costs seqlen x chunk and the chunk
-    count adds steps, so both ends lose (CPU, 256-wide DinoVim, 4 layers, forward +
-    backward, batch 2, one thread: 258 tokens 489 ms with chunk 64, 1105 ms with
-    256; 66 tokens 119 ms in one chunk, 212 ms with chunk 64).
-
-    ``seqlen`` may be a 0-d tensor: a tensor's size under ``torch.jit.trace``
-    (mmengine's FLOP counter traces the model); the chunk is a plain int either way.
-    """
-    seqlen = int(seqlen)
-    return seqlen if seqlen <= 128 else 64
 
 
 def direction_ssd_inputs(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec,
@@ -79,13 +66,11 @@ def mixer_core_ref(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tens
     Returns:
         Tensor: (batch, seqlen, dim).
     """
-    chunk = auto_chunk_size(zxbcdt.shape[1]) if spec.chunk_size == 'auto' \
-        else spec.chunk_size
     ys = []
     for d in range(spec.ndir):
         proj = zxbcdt.flip(1) if d == 1 else zxbcdt
         a = direction_ssd_inputs(proj, params, spec, d)
-        y = ssd_scan(a['x'], a['dt'], a['A'], a['B'], a['C'], chunk_size=chunk,
+        y = ssd_scan(a['x'], a['dt'], a['A'], a['B'], a['C'], chunk_size=spec.chunk_size,
                      D=a['D'], dt_bias=a['dt_bias'], dt_softplus=True,
                      backend=spec.ssd_backend)
         y = gated_rms_norm(rearrange(y, 'b l h p -> b l (h p)'), a['z'],
@@ -100,6 +85,7 @@ def mixer_core(zxbcdt: Tensor, params: MixerParams, spec: MixerSpec) -> Tensor:
     (:func:`mmdinomamba.ops.backend.uses_fused_core`), else :func:`mixer_core_ref`.
     Same arguments and result as :func:`mixer_core_ref`."""
     if uses_fused_core(zxbcdt, spec):
+        note_chunk_size_unused(spec.chunk_size, 'SSD mixer (fused Triton core)')
         from .triton import mixer_core_triton
         return mixer_core_triton(zxbcdt, params, spec)
     return mixer_core_ref(zxbcdt, params, spec)

@@ -12,10 +12,15 @@ imported back here.
 * dtypes: the kernels' (:data:`TRITON_DTYPES`), the one sums and norms run in
   (:func:`float32_or_wider`), the one a matrix product after a norm runs in
   (:func:`compute_dtype`);
+* the SSD scan's ``chunk_size``: its one default (:data:`CHUNK_SIZE`), its one
+  check (:func:`check_chunk_size`), what 'auto' means (:func:`auto_chunk_size`,
+  :func:`resolve_chunk_size`) and the note of a fused path that tiles by itself
+  (:func:`note_chunk_size_unused`);
 * :func:`skip_kernels`, a dry run of the fused path with its kernels skipped, for
   measuring the host's work (read by :func:`dry_run` alone).
 """
 import contextlib
+import warnings
 from typing import Dict, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -50,14 +55,66 @@ def compute_dtype(weight: Tensor) -> torch.dtype:
 
 
 # --------------------------------------------------------------------------- #
+# The SSD scan's chunk
+# --------------------------------------------------------------------------- #
+CHUNK_SIZE = 'auto'  # every scan's and mixer's default: auto_chunk_size(seqlen)
+
+
+def auto_chunk_size(seqlen: int) -> int:
+    """The PyTorch scan's chunk for ``chunk_size='auto'``: the whole sequence up to
+    128 tokens, else 64. The intra-chunk step costs seqlen x chunk and the chunk
+    count adds steps, so both ends lose (CPU, 256-wide DinoVim, 4 layers, forward +
+    backward, batch 2, one thread: 258 tokens 489 ms with chunk 64, 1105 ms with
+    256; 66 tokens 119 ms in one chunk, 212 ms with chunk 64).
+
+    ``seqlen`` may be a 0-d tensor: a tensor's size under ``torch.jit.trace``
+    (mmengine's FLOP counter traces the model); the chunk is a plain int either way.
+    """
+    seqlen = int(seqlen)
+    return seqlen if seqlen <= 128 else 64
+
+
+def check_chunk_size(chunk_size: Union[int, str], who: str = 'ssd') -> None:
+    """Raise a ValueError unless ``chunk_size`` is a positive int or 'auto'."""
+    if chunk_size != 'auto' and not (isinstance(chunk_size, int)
+                                     and not isinstance(chunk_size, bool)
+                                     and chunk_size > 0):
+        raise ValueError(f"{who}: chunk_size must be a positive int or 'auto', got "
+                         f'{chunk_size!r}')
+
+
+def resolve_chunk_size(chunk_size: Union[int, str], seqlen: int) -> int:
+    """The tokens per chunk a PyTorch scan of ``seqlen`` tokens uses."""
+    return auto_chunk_size(seqlen) if chunk_size == 'auto' else chunk_size
+
+
+_CHUNK_NOTES = set()
+
+
+def note_chunk_size_unused(chunk_size: Union[int, str], path: str) -> None:
+    """Say once per process and ``path`` (a ``UserWarning``) that a fused path got
+    a ``chunk_size`` other than :data:`CHUNK_SIZE`, which it cannot honour: the
+    Triton kernels scan in tiles of their own (the result does not depend on the
+    chunking; rounding may differ)."""
+    if torch.compiler.is_compiling() or chunk_size == CHUNK_SIZE \
+            or path in _CHUNK_NOTES:
+        return
+    _CHUNK_NOTES.add(path)
+    warnings.warn(f'{path}: chunk_size={chunk_size!r} is not used: the fused Triton '
+                  'kernels scan in tiles of their own (the result does not depend on '
+                  "the chunking). It applies to the PyTorch backends ('chunked'); "
+                  f"leave it at {CHUNK_SIZE!r} to silence this note.", stacklevel=3)
+
+
+# --------------------------------------------------------------------------- #
 # The SSD mixer after its input projection
 # --------------------------------------------------------------------------- #
 class MixerSpec(NamedTuple):
     """Sizes and settings of a mixer (see :class:`mmdinomamba.models.mixers.SSDMixer`).
 
-    ``chunk_size`` (tokens, or 'auto': :func:`mmdinomamba.ops.mixer.auto_chunk_size`)
-    and ``ssd_backend`` choose how the PyTorch path scans; the fused path is the
-    'triton' backend with tiles of its own.
+    ``chunk_size`` (tokens, or 'auto': :func:`auto_chunk_size`) and
+    ``ssd_backend`` choose how the PyTorch path scans; the fused path is the
+    'triton' backend with tiles of its own (:func:`note_chunk_size_unused`).
     """
     d_inner: int
     ngroups: int
@@ -66,7 +123,7 @@ class MixerSpec(NamedTuple):
     ndir: int
     eps: float
     d_conv: int = 4
-    chunk_size: Union[int, str] = 'auto'
+    chunk_size: Union[int, str] = CHUNK_SIZE
     ssd_backend: str = 'auto'
 
     @property

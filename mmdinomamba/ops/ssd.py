@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 
-from .spec import at_least_float32, float32_or_wider
+from .spec import CHUNK_SIZE, at_least_float32, float32_or_wider, resolve_chunk_size
 
 Tensor = torch.Tensor
 SSDOutput = Union[Tensor, Tuple[Tensor, Tensor]]
@@ -93,7 +93,7 @@ def _heads_from_groups(BC: Tensor, nheads: int) -> Tensor:
 # The slow twin: the recurrence, token by token
 # --------------------------------------------------------------------------- #
 def ssd_ref(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-            chunk_size: int = 256, D: Optional[Tensor] = None,
+            chunk_size: Union[int, str] = CHUNK_SIZE, D: Optional[Tensor] = None,
             z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
             dt_softplus: bool = False, initial_states: Optional[Tensor] = None,
             return_final_states: bool = False) -> SSDOutput:
@@ -168,7 +168,7 @@ def segsum(a: Tensor) -> Tensor:
 
 
 def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                chunk_size: int = 256, D: Optional[Tensor] = None,
+                chunk_size: Union[int, str] = CHUNK_SIZE, D: Optional[Tensor] = None,
                 z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
                 dt_softplus: bool = False,
                 initial_states: Optional[Tensor] = None,
@@ -198,6 +198,7 @@ def ssd_chunked(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     batch, seqlen, nheads, headdim = x.shape
     dt = discretize_dt(dt, dt_bias, dt_softplus).to(cdtype)
     xc = x.to(cdtype)
+    chunk_size = resolve_chunk_size(chunk_size, seqlen)
     chunk_size = min(chunk_size, max(seqlen, 1))  # same result, no padding waste
     pad = (-seqlen) % chunk_size
     Xdt = F.pad(xc * dt[..., None], (0, 0, 0, 0, 0, pad))
@@ -293,7 +294,7 @@ def ssd_mixing_matrix(dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
 
 
 def ssd_quadratic(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                  chunk_size: int = 256, D: Optional[Tensor] = None,
+                  chunk_size: Union[int, str] = CHUNK_SIZE, D: Optional[Tensor] = None,
                   z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
                   dt_softplus: bool = False,
                   initial_states: Optional[Tensor] = None,

@@ -10,6 +10,7 @@ from mmdinomamba.analysis.flops import (HANDLES, count_macs, model_complexity,
                                         tensor_forward)
 from mmdinomamba.models import DinoVim, LinearAttentionMixer
 from mmdinomamba.models.backbones import MLLA
+from tests.factories import mlla_arch
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -86,7 +87,7 @@ def mlla_macs(arch, hw, num_classes=0, stem='conv', downsample='mbconv', **block
     return macs + 8 * C * num_classes
 
 
-SMALL = dict(embed_dims=16, depths=[1, 2, 1, 1], num_heads=[1, 2, 2, 4], mlp_ratio=2.0)
+SMALL = mlla_arch(depths=[1, 2, 1, 1], num_heads=[1, 2, 2, 4])
 SWIN = dict(stem='patch', downsample='merging', block_design='transformer', cpe=False,
             mixer_cfg=dict(rope=False, lepe=False, value_proj=True))
 

@@ -308,3 +308,42 @@ def test_softmax_attention_full_rank(seed):
     assert (torch.linalg.matrix_rank(M) == seqlen).all()
     assert (numerical_rank(M) == seqlen).all()
     assert all((torch.linalg.matrix_rank(b) == 8).all() for b in offdiag_blocks(M, 8))
+
+
+def _every_mixer():
+    """One of each kind of mixer, float64, with its parameters moved."""
+    from mmpretrain.models.utils.attention import MultiheadAttention
+
+    from mmdinomamba.analysis.adapters import as_mixer
+    from mmdinomamba.models import LinearAttentionMixer
+    torch.manual_seed(0)
+    return [ssd_mixer(), perturbed(LinearAttention(DIM, num_heads=2)).double(),
+            as_mixer(perturbed(MultiheadAttention(DIM, num_heads=2)).double()),
+            perturbed(LinearAttentionMixer(DIM, 2, rope=True, lepe=True)).double()]
+
+
+def test_every_mixer_takes_the_grid_one_way():
+    """forward, mixing_matrices and mixing_values all take (u, hw): the mixers
+    that need no grid give the same with and without it; a grid mixer refuses
+    to run without one and with one that does not hold the tokens."""
+    u = torch.randn(1, 12, DIM, dtype=torch.float64)
+    for mixer in _every_mixer():
+        info = mixer.mixing_info()
+        for method in ('mixing_matrices', 'mixing_values'):
+            with_grid = getattr(mixer, method)(u, (3, 4))
+            assert set(with_grid) <= set(info.keys)
+            if not info.grid:
+                without = getattr(mixer, method)(u)
+                assert all(torch.equal(with_grid[k], without[k]) for k in with_grid)
+        if info.kind == 'softmax':
+            continue  # the adapter wraps mmpretrain's module, whose forward is its own
+        out = mixer(u, (3, 4))
+        assert out.shape == u.shape
+        if info.grid:
+            for method in (mixer, mixer.mixing_matrices, mixer.mixing_values):
+                with pytest.raises(ValueError, match='pass hw='):
+                    method(u)
+                with pytest.raises(ValueError, match='do not fill the grid'):
+                    method(u, (3, 5))
+        else:
+            torch.testing.assert_close(out, mixer(u), rtol=0, atol=0)

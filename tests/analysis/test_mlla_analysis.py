@@ -20,12 +20,12 @@ from mmdinomamba.datasets import make_toy_dataset
 from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import convert
 from mmdinomamba.models.mixers import MixerInfo
+from tests.factories import MLLA_SMALL, mlla_arch
 from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
 from tests.helpers.reference_data import load_reference
 
-SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
-             mlp_ratio=4.0)
-TINY = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[2, 2, 4, 8], mlp_ratio=2.0)
+SMALL = MLLA_SMALL  # the official fixture's
+TINY = mlla_arch(num_heads=[2, 2, 4, 8])
 
 
 @pytest.fixture(scope='module')

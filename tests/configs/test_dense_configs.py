@@ -30,6 +30,7 @@ from mmengine.runner import Runner
 
 import mmdinomamba  # noqa: F401  (registers our classes)
 from mmdinomamba.datasets import toy_class_names
+from tests.factories import mlla_arch
 
 from tests.helpers.dense_heads import (two_stage_head_options, upernet_head_options,
                                         upernet_pyramid_head_options)
@@ -42,8 +43,7 @@ NUM_CLASSES = 2
 WIDTH = 32
 DEPTH = 4
 # a 4-stage MLLA (stage widths 8, 16, 32, 64), one block per stage
-MLLA_ARCH = dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
-                 mlp_ratio=2.0)
+MLLA_ARCH = mlla_arch(embed_dims=8, num_heads=[1, 1, 2, 2])
 MLLA_WIDTHS = [8, 16, 32, 64]
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import mmdinomamba.engine.graphed_blocks as gb
-from tests.factories import dinovim
+from tests.factories import dinovim, mlla, mlla_arch
 
 
 def tiny(drop_path_rate=0.2, layers=3):
@@ -195,10 +195,7 @@ def test_the_hook_switches_every_dinovim_of_the_model_and_names_them():
 
 
 def tiny_mlla(drop_path_rate=0.2, out_indices=(1, 3)):
-    from mmdinomamba.models import MLLA
-    torch.manual_seed(0)
-    return MLLA(arch=dict(embed_dims=16, depths=[1, 2, 1, 1], num_heads=[1, 2, 4, 8],
-                          mlp_ratio=2.0), out_indices=out_indices,
+    return mlla(arch=mlla_arch(depths=[1, 2, 1, 1]), out_indices=out_indices,
                 drop_path_rate=drop_path_rate)
 
 

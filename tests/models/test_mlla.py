@@ -7,12 +7,12 @@ import torch
 
 from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import convert
+from tests.factories import MLLA_SMALL, mlla_arch
 from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
 from tests.helpers.reference_data import load_reference
 
-SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
-             mlp_ratio=4.0)
-TINY = dict(embed_dims=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8], mlp_ratio=4.0)
+SMALL = MLLA_SMALL  # the official fixture's
+TINY = mlla_arch(mlp_ratio=4.0)
 
 
 def rel_err(a, b):
@@ -178,7 +178,7 @@ def test_arch_presets_and_errors():
     with pytest.raises(ValueError, match=r"missing \['mlp_ratio'\]"):
         MLLA(arch=dict(embed_dims=16, depths=[1] * 4, num_heads=[1] * 4))
     with pytest.raises(ValueError, match='4 stages'):
-        MLLA(arch=dict(TINY, depths=[1, 1, 1]))
+        MLLA(arch=mlla_arch(TINY, depths=[1, 1, 1]))
     with pytest.raises(ValueError, match='out of range'):
         MLLA(arch=TINY, out_indices=(4, ))
     with pytest.raises(ValueError, match=r'input must have shape \(batch, 3'):
@@ -212,7 +212,7 @@ def test_frozen_stages():
 
 
 def test_get_layer_depth():
-    model = MLLA(arch=dict(TINY, depths=[2, 1, 3, 1]))
+    model = MLLA(arch=mlla_arch(TINY, depths=[2, 1, 3, 1]))
     total = 2 + 1 + 3 + 1 + 2
     assert model.get_layer_depth('backbone.patch_embed.conv1.conv.weight',
                                  'backbone.') == (0, total)
@@ -230,7 +230,7 @@ def test_get_layer_depth():
 
 def test_forward_intermediates_layouts_per_stage():
     torch.manual_seed(0)
-    model = MLLA(arch=dict(TINY, depths=[1, 2, 1, 1])).eval()
+    model = MLLA(arch=mlla_arch(TINY, depths=[1, 2, 1, 1])).eval()
     assert model.num_layers == 5
     x = torch.randn(1, 3, 64, 96)
     with torch.no_grad():
@@ -247,7 +247,7 @@ def test_layer_wise_lr_decay_in_mmpretrain():
     """mmpretrain's constructor asks the classifier, which asks the backbone: one lr
     per layer id, the stem lowest, the head highest."""
     from mmpretrain.engine.optimizers import LearningRateDecayOptimWrapperConstructor
-    model = classifier(arch=dict(TINY, depths=[1, 1, 2, 1]), num_classes=3)
+    model = classifier(arch=mlla_arch(TINY, depths=[1, 1, 2, 1]), num_classes=3)
     constructor = LearningRateDecayOptimWrapperConstructor(
         dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1.0,
                                                  weight_decay=0.05)),

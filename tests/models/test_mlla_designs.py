@@ -7,9 +7,10 @@ import torch.nn.functional as F
 from mmdinomamba.models.backbones import MLLA, MLLABlock
 from mmdinomamba.models.backbones.mlla import PatchStem, SwinPatchMerging
 from mmdinomamba.models.mixers.positional import grid_conv
+from tests.factories import mlla_arch
 
 DIM, HEADS, HW = 8, 2, (3, 4)
-TINY = dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2], mlp_ratio=2.0)
+TINY = mlla_arch(embed_dims=8, num_heads=[1, 1, 2, 2])
 
 
 def perturbed_block(seed=0, **kwargs):

@@ -8,17 +8,15 @@ import torch
 
 import mmdinomamba.models.mixers.linear_attention_mixer as mixer_module
 import mmdinomamba.models.mixers.positional as positional
-from mmdinomamba.models import MLLA
-from mmdinomamba.models.backbones import PlainMLLA
 from mmdinomamba.models.mixers import LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import rope_2d, rope_2d_table
+from tests.factories import PLAIN_MLLA_TINY, mlla, mlla_arch, plain_mlla
 
-ARCH = dict(embed_dims=16, depths=[2, 2, 2, 1], num_heads=[1, 2, 4, 8], mlp_ratio=2.0)
+ARCH = mlla_arch(depths=[2, 2, 2, 1])
 
 
-def mlla(**kwargs):
-    torch.manual_seed(0)
-    return MLLA(arch=ARCH, out_indices=(0, 1, 2, 3), **kwargs)
+def model_of(**kwargs):
+    return mlla(arch=ARCH, out_indices=(0, 1, 2, 3), **kwargs)
 
 
 def per_call(model):
@@ -78,7 +76,7 @@ def test_mixer_with_the_grids_table_equals_the_mixer_without(dtype):
 def test_mlla_shares_one_table_per_stage_with_the_same_numbers(dtype):
     """Forward and gradients equal to the tables built per mixer call (the
     code before the shared tables), bit for bit, on a rectangular input."""
-    model = mlla(drop_path_rate=0.0).to(dtype)
+    model = model_of(drop_path_rate=0.0).to(dtype)
     slow = per_call(model)
     x = torch.randn(2, 3, 64, 96, dtype=dtype)
     outs, grads = outputs_and_grads(model, x)
@@ -98,7 +96,7 @@ def test_mlla_builds_one_table_per_stage(monkeypatch):
         return build(*args, **kwargs)
 
     monkeypatch.setattr(positional, 'rope_2d_angles', counted)
-    model = mlla().eval()
+    model = model_of().eval()
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         model(x)
@@ -111,10 +109,8 @@ def test_mlla_builds_one_table_per_stage(monkeypatch):
 
 
 def test_plain_mlla_shares_one_table_with_the_same_numbers(monkeypatch):
-    torch.manual_seed(0)
-    model = PlainMLLA(arch=dict(embed_dims=32, num_layers=3, num_heads=2,
-                                mlp_ratio=2.0), img_size=32, patch_size=8,
-                      drop_path_rate=0.0).eval()
+    model = plain_mlla(arch=mlla_arch(PLAIN_MLLA_TINY, embed_dims=32), img_size=32,
+                       patch_size=8, drop_path_rate=0.0).eval()
     x = torch.randn(2, 3, 32, 32)
     built = []
 
@@ -138,10 +134,8 @@ def test_1024px_on_an_img_size_224_model_with_bf16_autocast():
     """No resolution-bound buffer: a model made for 224 px trains at 1024 px
     (a 256 x 256 grid in the first stage), under CPU bf16 autocast as the
     benchmarks run it, and matches float32 to bf16's accuracy."""
-    torch.manual_seed(0)
-    model = MLLA(arch=dict(embed_dims=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1],
-                           mlp_ratio=2.0), img_size=224, out_indices=(0, 3),
-                 drop_path_rate=0.0)
+    model = mlla(arch=mlla_arch(embed_dims=8, num_heads=[1, 1, 1, 1]), img_size=224,
+                 out_indices=(0, 3), drop_path_rate=0.0)
     assert all(name.endswith(('running_mean', 'running_var', 'num_batches_tracked'))
                for name, _ in model.named_buffers())  # BatchNorm's only
     x = torch.randn(1, 3, 1024, 1024)
@@ -167,7 +161,7 @@ def test_one_graph_under_torch_compile():
     """Training mode with stochastic depth on: dynamo traces the whole backbone
     (the stage tables included) as one graph."""
     torch._dynamo.reset()
-    model = mlla(drop_path_rate=0.2).train()
+    model = model_of(drop_path_rate=0.2).train()
     explanation = torch._dynamo.explain(model)(torch.randn(2, 3, 64, 64))
     assert explanation.graph_break_count == 0, [
         str(b.reason)[:200] for b in explanation.break_reasons]
@@ -179,7 +173,7 @@ def test_compiled_equals_eager():
     """aot_eager traces forward and backward as the compiler does (Inductor's code
     generation aside): the same outputs and gradients in float64."""
     torch._dynamo.reset()
-    model = mlla(drop_path_rate=0.0).double().train()
+    model = model_of(drop_path_rate=0.0).double().train()
     x = torch.randn(2, 3, 64, 64, dtype=torch.float64)
     compiled = torch.compile(model, backend='aot_eager', fullgraph=True)
     outs_c, grads_c = outputs_and_grads(compiled, x)

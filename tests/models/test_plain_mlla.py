@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from mmdinomamba.models.backbones import MLLABlock, PlainMLLA
+from tests.factories import PLAIN_MLLA_TINY, plain_mlla
 
-ARCH = dict(embed_dims=16, num_layers=3, num_heads=2, mlp_ratio=2.0)
+ARCH = PLAIN_MLLA_TINY
 
 
 def model(**kwargs):
-    torch.manual_seed(0)
-    return PlainMLLA(arch=ARCH, patch_size=4, drop_path_rate=0.0, **kwargs).eval()
+    return plain_mlla(patch_size=4, drop_path_rate=0.0, **kwargs).eval()
 
 
 def test_blocks_are_mllas_on_the_patch_grid():
@@ -57,8 +57,10 @@ def test_freezing_and_layer_decay():
 
 def test_blocks_need_the_grid_of_their_tokens():
     net = model()
-    with pytest.raises(ValueError, match='do not fill the grid'):
+    with pytest.raises(ValueError, match='pass hw='):
         net.forward_tokens(torch.randn(1, 10, 16), [0])
+    with pytest.raises(ValueError, match='do not fill the grid'):
+        net.forward_tokens(torch.randn(1, 10, 16), [0], hw=(3, 4))
     with pytest.raises(ValueError, match="unknown feature_source 'mixer'"):
         PlainMLLA(arch=ARCH, feature_source='mixer')
 
@@ -75,3 +77,19 @@ def test_parameter_count_is_mllas_block_times_depth():
              + 4 * c * c + 4 * c + 4 * c * c + c)  # MLP
     want = 3 * 64 * c + c + 12 * block + 2 * c
     assert sum(p.numel() for p in net.parameters()) == want
+
+
+def test_no_state_between_embed_and_blocks():
+    """The grid goes from embed() to forward_tokens() as an argument: embedding a
+    second image of another grid in between changes nothing, and the model holds
+    no attribute that says which grid it last saw."""
+    net = model(out_indices=(1, ), out_type='raw')
+    a, b = torch.randn(1, 3, 16, 24), torch.randn(1, 3, 24, 16)
+    tokens_a, layout_a = net.embed(a)
+    net.embed(b)
+    got = net.forward_tokens(tokens_a, [1], hw=layout_a.hw)[0]
+    torch.testing.assert_close(got, net(a)[0], rtol=0, atol=0)
+    before = dict(vars(net))
+    net(b)
+    assert dict(vars(net)).keys() == before.keys() and all(
+        vars(net)[k] is v for k, v in before.items() if k != '_consumer_checked')

@@ -152,7 +152,7 @@ def test_backward_runs_and_reaches_both_directions():
 def test_auto_chunk_is_the_same_function():
     """chunk_size='auto' (one chunk up to 128 tokens, else 64) computes what any
     fixed chunk computes, in float64 to rounding; a bad chunk size is refused."""
-    from mmdinomamba.ops.mixer import auto_chunk_size
+    from mmdinomamba.ops.spec import auto_chunk_size
     assert [auto_chunk_size(n) for n in (1, 66, 128, 129, 258)] == [1, 66, 128, 64, 64]
     torch.manual_seed(0)
     auto = SSDMixer(DIM, d_state=8, headdim=8).double()

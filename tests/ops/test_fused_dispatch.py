@@ -114,3 +114,74 @@ def test_skip_kernels_is_one_switch_for_the_dry_run():
     assert resolve_backend('auto', torch.device('cpu')) == 'chunked'
     with pytest.raises(ValueError, match='NaN or Inf'):
         check_finite(nan, 'x')
+
+
+def test_one_chunk_size_default_and_one_check():
+    """Every scan, the mixer, its spec and DinoVim's mixer default to CHUNK_SIZE;
+    the scan and the mixer refuse a bad value with the same check."""
+    import inspect
+
+    from mmdinomamba.models import DinoVim, SSDMixer
+    from mmdinomamba.ops import (CHUNK_SIZE, MixerSpec, check_chunk_size, ssd_chunked,
+                                 ssd_quadratic, ssd_ref)
+    for fn in (ssd_scan, ssd_chunked, ssd_quadratic, ssd_ref, SSDMixer):
+        assert inspect.signature(fn).parameters['chunk_size'].default == CHUNK_SIZE, fn
+    assert MixerSpec._field_defaults['chunk_size'] == CHUNK_SIZE
+    assert DinoVim.default_mixer_cfg['chunk_size'] == CHUNK_SIZE
+    for good in ('auto', 1, 64):
+        check_chunk_size(good)
+    x, dt = torch.randn(1, 4, 2, 4), torch.rand(1, 4, 2)
+    B = torch.randn(1, 4, 1, 4)
+    for bad in (0, -1, 2.5, True, 'big', None):
+        with pytest.raises(ValueError, match="ssd: chunk_size must be a positive int"):
+            ssd_scan(x, dt, -torch.ones(2), B, B.clone(), chunk_size=bad)
+        with pytest.raises(ValueError, match="SSDMixer: chunk_size must be"):
+            SSDMixer(16, d_state=4, headdim=8, chunk_size=bad)
+
+
+def test_auto_chunk_is_resolved_by_the_scan():
+    """chunk_size='auto' scans in auto_chunk_size(seqlen) tokens: the same numbers
+    as that int, bit for bit, on both sides of the 128-token switch."""
+    from mmdinomamba.ops import auto_chunk_size, ssd_chunked
+    torch.manual_seed(0)
+    for seqlen in (50, 150):
+        x, dt = torch.randn(1, seqlen, 2, 4), torch.rand(1, seqlen, 2)
+        B, C = torch.randn(1, seqlen, 1, 4), torch.randn(1, seqlen, 1, 4)
+        want = ssd_chunked(x, dt, -torch.ones(2), B, C,
+                           chunk_size=auto_chunk_size(seqlen))
+        assert torch.equal(ssd_scan(x, dt, -torch.ones(2), B, C), want)
+        assert torch.equal(ssd_chunked(x, dt, -torch.ones(2), B, C), want)
+
+
+def test_fused_path_notes_an_explicit_chunk_once(monkeypatch):
+    """The fused core cannot honour an explicit chunk_size: it says so once per
+    process and path (a UserWarning), never for the default; the PyTorch path
+    honours it and says nothing."""
+    import warnings
+
+    import mmdinomamba.ops.spec as spec
+    from mmdinomamba.models.mixers import SSDMixer
+    from mmdinomamba.ops import mixer_core, skip_kernels
+    pytest.importorskip('triton')
+    monkeypatch.setattr(spec, '_CHUNK_NOTES', set())
+    torch.manual_seed(0)
+
+    def notes(mixer, fused=True):
+        zxbcdt = mixer.in_proj(torch.randn(2, 9, 32)).detach()
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter('always')
+            if fused:
+                with skip_kernels():  # the fused path on the CPU, kernels skipped
+                    mixer_core(zxbcdt, mixer.core_params(), mixer.spec)
+            else:
+                mixer_core(zxbcdt, mixer.core_params(), mixer.spec)
+        return [str(w.message) for w in caught if 'chunk_size' in str(w.message)]
+
+    explicit = SSDMixer(32, d_state=16, headdim=16, chunk_size=16)
+    assert notes(explicit, fused=False) == []  # the PyTorch scan uses it
+    assert notes(SSDMixer(32, d_state=16, headdim=16)) == []  # the default
+    first = notes(explicit)
+    assert len(first) == 1 and 'chunk_size=16 is not used' in first[0] \
+        and 'fused Triton core' in first[0]
+    assert notes(explicit) == [] and notes(SSDMixer(32, d_state=16, headdim=16,
+                                                    chunk_size=8)) == []

@@ -14,6 +14,7 @@ from mmdinomamba.models.mixers import LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import rope_2d_table
 from mmdinomamba.ops.mlla import (mlla_features, mlla_features_auto, mlla_output,
                                   mlla_output_ref, rope_head_table)
+from tests.factories import mlla_arch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures('no_tf32')]
 
@@ -92,8 +93,7 @@ def test_mlla_fused_path_is_the_ref_backend():
     measured against the ref path in float64, and the fused path's distance may be at
     most a few times the float32 ref path's own."""
     torch.manual_seed(0)
-    arch = dict(embed_dims=32, depths=[1, 2, 2, 1], num_heads=[2, 4, 8, 16],
-                mlp_ratio=2.0)
+    arch = mlla_arch(embed_dims=32, depths=[1, 2, 2, 1], num_heads=[2, 4, 8, 16])
     fast = MLLA(arch=arch, drop_path_rate=0.0).cuda().eval()
     slow = MLLA(arch=arch, drop_path_rate=0.0,
                 mixer_cfg=dict(attn_backend='ref')).cuda().eval()

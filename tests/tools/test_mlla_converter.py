@@ -9,12 +9,12 @@ import torch
 from mmdinomamba.models import MLLA
 from mmdinomamba.models.backbones.mlla_official import official_layout, read_arch
 from tests.helpers import checkpoint_files
+from tests.factories import MLLA_SMALL
 from tests.helpers.converter_cli import assert_refused
 from tests.helpers.reference_data import MLLA as MLLA_REFERENCE
 from tests.helpers.reference_data import load_reference
 
-SMALL = dict(embed_dims=12, depths=[1, 1, 2, 1], num_heads=[3, 3, 6, 12],
-             mlp_ratio=4.0)
+SMALL = MLLA_SMALL  # the official fixture's
 
 
 @pytest.fixture(scope='module')

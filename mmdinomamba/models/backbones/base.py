@@ -1,11 +1,18 @@
-"""What plain (single-scale, token sequence) backbones share.
+"""What the backbones share.
 
-A plain backbone embeds patches, lays out a token sequence (patches plus readout
-tokens such as [CLS] or registers), runs ``depth`` blocks and formats outputs.
-Subclasses say where the readout and patch tokens sit (:class:`TokenLayout`) and
-what a block is; this base class owns the output contract, position-embedding
-resizing, freezing and layer-wise learning-rate decay.
+:class:`Backbone` is every backbone's contract: the arch presets
+(``_parse_arch``), the checked ``Pretrained`` load, and the per-layer analysis
+API (``forward_intermediates`` with its mixer-input capture, ``token_mixer``).
+MLLA (hierarchical) builds on it directly.
+
+A plain backbone (:class:`PlainBackbone`) embeds patches, lays out a token
+sequence (patches plus readout tokens such as [CLS] or registers), runs
+``depth`` blocks and formats outputs. Subclasses say where the readout and patch
+tokens sit (:class:`TokenLayout`) and what a block is; this base class owns the
+output contract, position-embedding resizing, freezing and layer-wise
+learning-rate decay.
 """
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -17,7 +24,7 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from mmengine.registry import DefaultScope
 
-from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg
+from mmdinomamba.models.checkpoint import load_pretrained, pretrained_cfg, read_state_dict
 
 from mmdinomamba.ops import check_finite
 from mmdinomamba.utils.arg_types import check_like
@@ -152,23 +159,6 @@ class PatchEmbed(nn.Module):
         return F.linear(patches, self.proj.weight.flatten(1), self.proj.bias), (h, w)
 
 
-def _parse_arch(cls, arch: Union[str, dict]) -> dict:
-    if isinstance(arch, str):
-        key = arch.lower()
-        if key not in cls.arch_zoo:
-            raise ValueError(f'{cls.__name__}: unknown arch {arch!r}; choose one of '
-                             f'{sorted(cls.arch_zoo)} or pass a dict')
-        return dict(cls.arch_zoo[key])
-    if not isinstance(arch, dict):
-        raise ValueError(f'{cls.__name__}: arch must be a str or dict, got {arch!r}')
-    missing = set(cls.essential_keys) - set(arch)
-    if missing:
-        raise ValueError(f'{cls.__name__}: custom arch is missing {sorted(missing)}')
-    # the preset's types: embed_dims an int, depths a list of ints, ...
-    check_like(arch, next(iter(cls.arch_zoo.values())), f'{cls.__name__}: arch.')
-    return dict(arch)
-
-
 def _normalise_indices(indices: Union[int, Sequence[int]], depth: int) -> List[int]:
     indices = [indices] if isinstance(indices, int) else list(indices)
     out = []
@@ -197,12 +187,144 @@ def _check_dense_out_type(backbone: nn.Module) -> None:
             f'docs/dense_prediction.md')
 
 
-class PlainBackbone(BaseModule):
+def mean_readout_layout(hw: Tuple[int, int], device=None) -> TokenLayout:
+    """The layout of a sequence that is all patches (raster order), whose readout
+    is their mean (``readout_type='mean'``: MLLA, PlainMLLA)."""
+    every = torch.arange(hw[0] * hw[1], device=device)
+    return TokenLayout(readout=every, patches=every, hw=tuple(hw), readout_type='mean')
+
+
+class Backbone(BaseModule):
+    """Every backbone's contract: arch presets, the checked ``Pretrained`` load and
+    the per-layer analysis API.
+
+    Subclasses set ``arch_zoo`` (preset name -> arch dict), ``essential_keys``
+    (what a custom arch must give) and ``feature_sources``, and implement
+    :meth:`token_mixer` and ``forward_intermediates`` (with
+    :meth:`_intermediate_indices` and :meth:`_mixer_input_capture`).
+    """
+    arch_zoo: Dict[str, dict] = {}
+    essential_keys: Tuple[str, ...] = ()
+    feature_sources: Tuple[str, ...] = ('residual', )
+
+    # ----------------------------------------------------------------- arch
+    @classmethod
+    def _parse_arch(cls, arch: Union[str, dict]) -> dict:
+        """A preset's (by name, case-insensitive) or a custom arch dict, checked:
+        the essential keys present, the presets' value types, and
+        :meth:`_check_arch`'s rules."""
+        if isinstance(arch, str):
+            key = arch.lower()
+            if key not in cls.arch_zoo:
+                raise ValueError(f'{cls.__name__}: unknown arch {arch!r}; choose one '
+                                 f'of {sorted(cls.arch_zoo)} or pass a dict')
+            return dict(cls.arch_zoo[key])
+        if not isinstance(arch, dict):
+            raise ValueError(f'{cls.__name__}: arch must be a str or dict, got {arch!r}')
+        missing = sorted(set(cls.essential_keys) - set(arch))
+        if missing:
+            raise ValueError(f'{cls.__name__}: custom arch is missing {missing} '
+                             f'(needs {list(cls.essential_keys)})')
+        # the preset's types: embed_dims an int, depths a list of ints, ...
+        check_like(arch, next(iter(cls.arch_zoo.values())), f'{cls.__name__}: arch.')
+        cls._check_arch(arch)
+        return dict(arch)
+
+    @classmethod
+    def _check_arch(cls, arch: dict) -> None:
+        """A subclass's own rules for a custom arch (raise ValueError)."""
+
+    # ------------------------------------------------------------- initialisation
+    def init_weights(self):
+        """mmengine's initialisation, with a checked ``Pretrained`` load.
+
+        ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=None,
+        map_location='cpu', strict=True)`` loads through
+        :func:`mmdinomamba.models.checkpoint.load_pretrained` (the file read by
+        :meth:`read_checkpoint_state`), after the other ``init_cfg`` entries:
+        every missing and unexpected key is reported, and a checkpoint that does
+        not cover the backbone fails unless ``strict=False``. Without ``prefix``
+        the backbone's keys are found as the module docstring there says (a
+        DINO checkpoint's teacher first).
+        """
+        pretrained = pretrained_cfg(self.init_cfg)
+        if pretrained is None or self._is_init:
+            super().init_weights()
+            return
+        cfgs = self.init_cfg if isinstance(self.init_cfg, (list, tuple)) else []
+        saved = self.init_cfg
+        self.init_cfg = [c for c in cfgs if c is not pretrained] or None
+        try:
+            super().init_weights()  # the other init_cfg entries first
+        finally:
+            self.init_cfg = saved
+        load_pretrained(self, pretrained, self.read_checkpoint_state)
+        self._is_init = True
+
+    def read_checkpoint_state(self, path: str, map_location='cpu') -> Dict[str, Tensor]:
+        """The state dict of the checkpoint file ``path`` (for the ``Pretrained``
+        load): :func:`mmdinomamba.models.checkpoint.read_state_dict`; a backbone
+        that converts foreign layouts reads and converts here."""
+        return read_state_dict(path, map_location)
+
+    # ------------------------------------------------------ per-layer analysis API
+    def token_mixer(self, index: int) -> nn.Module:
+        """The token mixer of block ``index`` (it follows
+        :class:`mmdinomamba.models.mixers.TokenMixer`)."""
+        raise NotImplementedError(f'{type(self).__name__} does not say where its '
+                                  'token mixers are: implement token_mixer(index)')
+
+    def _intermediate_indices(self, indices: Optional[Union[int, Sequence[int]]],
+                              feature_source: Optional[str]) -> List[int]:
+        """``forward_intermediates``'s arguments checked: the block indices
+        (None = all, negative from the end), sorted and unique."""
+        if feature_source is not None and feature_source not in self.feature_sources:
+            raise ValueError(f'{type(self).__name__}: unknown feature_source '
+                             f'{feature_source!r}; choose one of {self.feature_sources}')
+        all_blocks = range(self.num_layers)
+        indices = sorted(set(_normalise_indices(all_blocks if indices is None
+                                                else indices, self.num_layers)))
+        if not indices:
+            raise ValueError(f'{type(self).__name__}.forward_intermediates: no '
+                             'block indices given')
+        return indices
+
+    @contextlib.contextmanager
+    def _mixer_input_capture(self, indices: Sequence[int], enabled: bool = True):
+        """While open, the input of each listed block's token mixer is stored in
+        the dict it yields (block index -> (batch, seqlen, dim)); nothing when
+        not ``enabled``."""
+        captured: Dict[int, Tensor] = {}
+        handles = []
+        if enabled:
+            for i in indices:
+                handles.append(self.token_mixer(i).register_forward_pre_hook(
+                    lambda module, args, i=i: captured.__setitem__(i, args[0])))
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    # ------------------------------------------------------- training utilities
+    def _freeze_stages(self):
+        """Freeze what ``frozen_stages`` names (each backbone says what that is)."""
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+
+class PlainBackbone(Backbone):
     """Base class: output formatting, position embeddings, freezing, lr decay.
 
     Subclasses set ``arch_zoo``/``essential_keys``/``feature_sources``, build
-    ``patch_embed``, ``pos_embed`` and ``layers`` and implement :meth:`embed`,
-    :meth:`forward_tokens` and :meth:`token_mixer`.
+    ``patch_embed``, ``pos_embed`` and ``layers`` and implement :meth:`embed`
+    (images -> tokens and their :class:`TokenLayout`),
+    ``forward_tokens(tokens, indices, feature_source=None, hw=None)`` (the blocks;
+    ``hw`` is the layout's patch grid, passed on every call, for blocks that need
+    it) and :meth:`token_mixer`. No state is kept between these calls.
 
     Analysis reads a backbone through :meth:`forward_intermediates` (per-block
     tokens, their :class:`TokenLayout`, the mixers' inputs) and
@@ -217,8 +339,6 @@ class PlainBackbone(BaseModule):
     - ``'avg_featmap'``: (batch, dim), mean of the patch tokens;
     - ``'raw'``: (batch, seqlen, dim), the whole sequence.
     """
-    arch_zoo: Dict[str, dict] = {}
-    essential_keys: Tuple[str, ...] = ()
     num_pos_prefix: int = 0  # pos_embed slots before the grid ([CLS])
     feature_sources: Tuple[str, ...] = ('residual', 'normed')  # forward_tokens's
 
@@ -226,7 +346,7 @@ class PlainBackbone(BaseModule):
                  out_indices, out_type: str, final_norm: bool, frozen_stages: int,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        self.arch_settings = _parse_arch(type(self), arch)
+        self.arch_settings = self._parse_arch(arch)
         self.embed_dims = self.arch_settings['embed_dims']
         self.num_layers = self.arch_settings['num_layers']
         if out_type not in OUT_TYPES:
@@ -245,31 +365,6 @@ class PlainBackbone(BaseModule):
         self.patch_resolution = (img_size[0] // patch_size, img_size[1] // patch_size)
         self._register_load_state_dict_pre_hook(self._prepare_pos_embed)
         self._consumer_checked = False
-
-    # ------------------------------------------------------------- initialisation
-    def init_weights(self):
-        """mmengine's initialisation, with a checked ``Pretrained`` load.
-
-        ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=None,
-        map_location='cpu', strict=True)`` loads through
-        :func:`mmdinomamba.models.checkpoint.load_pretrained`: every missing and
-        unexpected key is reported, and a checkpoint that does not cover the
-        backbone fails unless ``strict=False``. Without ``prefix`` the backbone's
-        keys are found as the module docstring there says (a DINO checkpoint's
-        teacher first). A ``pos_embed`` of another grid is resized.
-        """
-        pretrained = pretrained_cfg(self.init_cfg)
-        if pretrained is None or self._is_init:
-            super().init_weights()
-            return
-        cfgs = self.init_cfg if isinstance(self.init_cfg, (list, tuple)) else []
-        saved = self.init_cfg
-        self.init_cfg = [c for c in cfgs if c is not pretrained] or None
-        try:
-            super().init_weights()
-        finally:
-            self.init_cfg = saved
-        load_pretrained(self, pretrained)
 
     # ---------------------------------------------------------------- embedding
     def pos_embed_for(self, hw: Tuple[int, int]) -> Tensor:
@@ -314,16 +409,10 @@ class PlainBackbone(BaseModule):
             _check_dense_out_type(self)  # reads mmengine's scope: not while compiling
             self._consumer_checked = True
         tokens, layout = self.embed(x)
-        feats = self.forward_tokens(tokens, self.out_indices)
+        feats = self.forward_tokens(tokens, self.out_indices, hw=layout.hw)
         return tuple(self.format_output(f, layout) for f in feats)
 
     # ------------------------------------------------------ per-layer analysis API
-    def token_mixer(self, index: int) -> nn.Module:
-        """The token mixer of block ``index`` (it follows
-        :class:`mmdinomamba.models.mixers.TokenMixer`)."""
-        raise NotImplementedError(f'{type(self).__name__} does not say where its '
-                                  'token mixers are: implement token_mixer(index)')
-
     def forward_intermediates(self,
                               x: Tensor,
                               indices: Optional[Union[int, Sequence[int]]] = None,
@@ -352,27 +441,10 @@ class PlainBackbone(BaseModule):
             (:class:`TokenLayout` for the image's patch grid) and
             ``mixer_inputs`` {block: (batch, seqlen, dim)} (empty if not asked).
         """
-        all_blocks = range(self.num_layers)
-        indices = sorted(set(_normalise_indices(all_blocks if indices is None
-                                                else indices, self.num_layers)))
-        if not indices:
-            raise ValueError(f'{type(self).__name__}.forward_intermediates: no '
-                             'block indices given')
-        if feature_source is not None and feature_source not in self.feature_sources:
-            raise ValueError(f'{type(self).__name__}: unknown feature_source '
-                             f'{feature_source!r}; choose one of {self.feature_sources}')
+        indices = self._intermediate_indices(indices, feature_source)
         tokens, layout = self.embed(x)
-        captured: Dict[int, Tensor] = {}
-        handles = []
-        if mixer_inputs:
-            for i in indices:
-                handles.append(self.token_mixer(i).register_forward_pre_hook(
-                    lambda module, args, i=i: captured.__setitem__(i, args[0])))
-        try:
-            feats = self.forward_tokens(tokens, indices, feature_source)
-        finally:
-            for handle in handles:
-                handle.remove()
+        with self._mixer_input_capture(indices, mixer_inputs) as captured:
+            feats = self.forward_tokens(tokens, indices, feature_source, layout.hw)
         return Intermediates(dict(zip(indices, feats)), layout, captured)
 
     # ------------------------------------------------------- training utilities
@@ -395,11 +467,6 @@ class PlainBackbone(BaseModule):
 
     def embedding_param_names(self) -> List[str]:
         return ['pos_embed']
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        return self
 
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
         """Layer id of a parameter for layer-wise learning-rate decay.

@@ -13,7 +13,8 @@ from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.mixers import SSDMixer
 from mmdinomamba.models.utils import DropPath, drop_path_or_identity, linear_rates
-from mmdinomamba.ops import BlockParams, BlockSpec, RMSNorm, add_rms_norm, run_blocks
+from mmdinomamba.ops import (CHUNK_SIZE, BlockParams, BlockSpec, RMSNorm, add_rms_norm,
+                             run_blocks)
 from mmdinomamba.utils.arg_types import check_arg_types
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
@@ -125,7 +126,8 @@ class DinoVim(PlainBackbone):
     essential_keys = ('embed_dims', 'num_layers')
     feature_sources = FEATURE_SOURCES
     default_mixer_cfg = dict(d_state=64, d_conv=4, expand=2, headdim=64, ngroups=1,
-                             chunk_size='auto', bidirectional=True, ssd_backend='auto')
+                             chunk_size=CHUNK_SIZE, bidirectional=True,
+                             ssd_backend='auto')
 
     def __init__(self,
                  arch: Union[str, dict] = 'base',
@@ -237,8 +239,10 @@ class DinoVim(PlainBackbone):
 
     # ---------------------------------------------------------------- blocks
     def forward_tokens(self, tokens: Tensor, indices: Sequence[int],
-                       feature_source: Optional[str] = None) -> List[Tensor]:
-        """Run the blocks; return the (batch, seqlen, dim) output of each index.
+                       feature_source: Optional[str] = None,
+                       hw: Optional[Tuple[int, int]] = None) -> List[Tensor]:
+        """Run the blocks; return the (batch, seqlen, dim) output of each index
+        (``hw``, the patch grid, is not needed: the scan runs on the sequence).
 
         Stops after the last requested block. The blocks run through
         :attr:`stack_runner` (by default :meth:`run_blocks`: one call of

@@ -6,24 +6,13 @@ import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.mixers import LinearAttention
-from mmdinomamba.models.utils import drop_path_or_identity, linear_rates
+from mmdinomamba.models.utils import Mlp, drop_path_or_identity, linear_rates
 from mmdinomamba.utils.arg_types import check_arg_types
 from .base import PatchEmbed, PlainBackbone, TokenLayout
 
 Tensor = torch.Tensor
 
 FEATURE_SOURCES = ('residual', 'normed')
-
-
-class Mlp(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, dim)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.act(self.fc1(x)))
 
 
 class LinearViTBlock(nn.Module):
@@ -141,7 +130,10 @@ class LinearViT(PlainBackbone):
         return tokens, self.token_layout(hw, x.device)
 
     def forward_tokens(self, tokens: Tensor, indices: Sequence[int],
-                       feature_source: Optional[str] = None) -> List[Tensor]:
+                       feature_source: Optional[str] = None,
+                       hw: Optional[Tuple[int, int]] = None) -> List[Tensor]:
+        """Run the blocks; the (batch, seqlen, dim) output of each index (``hw``,
+        the patch grid, is not needed)."""
         source = feature_source or self.feature_source
         outs = {}
         for i, layer in enumerate(self.layers[:max(indices) + 1]):

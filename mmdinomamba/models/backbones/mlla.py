@@ -58,19 +58,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import print_log
-from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 
-from mmdinomamba.models.checkpoint import (checkpoint_state_dict, load_backbone_state,
-                                           pretrained_cfg, PRETRAINED_KEYS)
+from mmdinomamba.models.checkpoint import checkpoint_state_dict
 from mmdinomamba.models.mixers import LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import RopeTable, grid_conv
-from mmdinomamba.models.utils import drop_path_or_identity
+from mmdinomamba.models.utils import Mlp, drop_path_or_identity
 from mmdinomamba.ops import check_finite
 from mmdinomamba.utils import load_official_checkpoint
-from mmdinomamba.utils.arg_types import check_arg_types, check_like
-from .base import Intermediates, TokenLayout, _normalise_indices, resize_pos_embed
-from .linear_vit import Mlp
+from mmdinomamba.utils.arg_types import check_arg_types
+from .base import (Backbone, Intermediates, TokenLayout, _normalise_indices,
+                   mean_readout_layout, resize_pos_embed)
 from .mlla_official import convert, is_official, official_weights
 
 Tensor = torch.Tensor
@@ -312,7 +310,7 @@ class MLLAStage(nn.Module):
         return self.blocks[0].attn.rope_table(hw, like)
 
 
-class MLLA(BaseModule):
+class MLLA(Backbone):
     """MLLA backbone (see the module docstring); outputs (batch, C_i, H_i, W_i) maps.
 
     The analysis API (:mod:`mmdinomamba.analysis.adapters`) counts blocks over
@@ -420,25 +418,11 @@ class MLLA(BaseModule):
         self._freeze_stages()
 
     @classmethod
-    def _parse_arch(cls, arch) -> dict:
-        if isinstance(arch, str):
-            if arch.lower() not in cls.arch_zoo:
-                raise ValueError(f'MLLA: unknown arch {arch!r}; choose one of '
-                                 f'{sorted(cls.arch_zoo)} or pass a dict')
-            return dict(cls.arch_zoo[arch.lower()])
-        if not isinstance(arch, dict):
-            raise ValueError(f'MLLA: arch must be a str or dict, got {arch!r}')
-        missing = sorted(set(cls.essential_keys) - set(arch))
-        if missing:
-            raise ValueError(f'MLLA: custom arch is missing {missing} (needs '
-                             f'{list(cls.essential_keys)})')
-        # the preset's types: embed_dims an int, depths a list of ints, ...
-        check_like(arch, next(iter(cls.arch_zoo.values())), f'{cls.__name__}: arch.')
+    def _check_arch(cls, arch: dict) -> None:
         for key in ('depths', 'num_heads'):
             if len(arch[key]) != cls.num_stages:
                 raise ValueError(f'MLLA: arch {key} must list {cls.num_stages} stages, '
                                  f'got {arch[key]}')
-        return dict(arch)
 
     # ------------------------------------------------------------ initialisation
     @staticmethod
@@ -456,42 +440,18 @@ class MLLA(BaseModule):
         elif isinstance(m, LinearAttentionMixer):
             m.init_gates()
 
-    def init_weights(self):
-        """mmengine's initialisation, with a checked ``Pretrained`` load.
-
-        ``init_cfg=dict(type='Pretrained', checkpoint=PATH, prefix=None,
-        strict=True)``: an official MLLA file (``model``, ``state_dict_ema`` or a
-        bare state dict in the official layout) is converted by
-        :func:`.mlla_official.convert` (the log says which weights it used);
-        any other file is read as ours (``state_dict`` of an mmpretrain
-        classifier, or a bare backbone state dict). Every key is then accounted
-        for (:func:`mmdinomamba.models.checkpoint.load_backbone_state`); output
-        norms ``norm{i}`` that the file lacks (a classifier has only ``norm3``)
-        keep their initialisation and are logged.
+    def read_checkpoint_state(self, path: str, map_location='cpu') -> Dict[str, Tensor]:
+        """The ``Pretrained`` load's reading of ``path`` (see
+        :meth:`Backbone.init_weights`), without unpickling objects
+        (:func:`mmdinomamba.utils.load_official_checkpoint`): an official MLLA
+        file (``model``, ``state_dict_ema`` or a bare state dict in the official
+        layout) is converted by :func:`.mlla_official.convert` (the log says which
+        weights it used); any other file is read as ours (``state_dict`` of an
+        mmpretrain classifier, or a bare backbone state dict). Output norms
+        ``norm{i}`` that the file lacks (a classifier has only ``norm3``) keep
+        their initialisation and are logged (:meth:`optional_state_keys`).
         """
-        pretrained = pretrained_cfg(self.init_cfg)
-        if pretrained is None or self._is_init:
-            super().init_weights()
-            return
-        cfgs = self.init_cfg if isinstance(self.init_cfg, (list, tuple)) else []
-        saved = self.init_cfg
-        self.init_cfg = [c for c in cfgs if c is not pretrained] or None
-        try:
-            super().init_weights()  # the other init_cfg entries first
-        finally:
-            self.init_cfg = saved
-        unknown = sorted(set(pretrained) - set(PRETRAINED_KEYS))
-        if unknown:
-            raise ValueError(f'MLLA init_cfg Pretrained: unknown keys {unknown}; '
-                             f'allowed: {list(PRETRAINED_KEYS)}')
-        path = pretrained.get('checkpoint')
-        if not path:
-            raise ValueError('MLLA init_cfg Pretrained needs a `checkpoint`')
-        checkpoint = load_official_checkpoint(path)
-        state = self.checkpoint_state(checkpoint, path)
-        load_backbone_state(self, state, pretrained.get('prefix'),
-                            pretrained.get('strict', True), path)
-        self._is_init = True
+        return self.checkpoint_state(load_official_checkpoint(path, map_location), path)
 
     @staticmethod
     def checkpoint_state(checkpoint, source: str = 'checkpoint') -> Dict[str, Tensor]:
@@ -568,9 +528,7 @@ class MLLA(BaseModule):
     @staticmethod
     def token_layout(hw: Grid, device=None) -> TokenLayout:
         """Every token is a patch; the readout is their mean."""
-        every = torch.arange(hw[0] * hw[1], device=device)
-        return TokenLayout(readout=every, patches=every, hw=tuple(hw),
-                           readout_type='mean')
+        return mean_readout_layout(hw, device)
 
     def forward_intermediates(self,
                               x: Tensor,
@@ -594,19 +552,8 @@ class MLLA(BaseModule):
         Returns:
             Intermediates: features {k: (batch, h_k * w_k, C_k)}, layouts, inputs.
         """
-        if feature_source not in (None, ) + self.feature_sources:
-            raise ValueError(f'MLLA: unknown feature_source {feature_source!r}; '
-                             f'choose one of {self.feature_sources}')
-        indices = sorted(set(_normalise_indices(
-            range(self.num_layers) if indices is None else indices, self.num_layers)))
-        if not indices:
-            raise ValueError('MLLA.forward_intermediates: no block indices given')
-        features, layouts, captured = {}, {}, {}
-        handles = []
-        if mixer_inputs:
-            for k in indices:
-                handles.append(self.token_mixer(k).register_forward_pre_hook(
-                    lambda module, args, k=k: captured.__setitem__(k, args[0])))
+        indices = self._intermediate_indices(indices, feature_source)
+        features, layouts = {}, {}
 
         def keep(k, tokens, hw):
             if k in indices:
@@ -614,12 +561,9 @@ class MLLA(BaseModule):
                 layouts[k] = self.token_layout(hw, tokens.device)
             return k < indices[-1]
 
-        try:
+        with self._mixer_input_capture(indices, mixer_inputs) as captured:
             for _ in self._stage_outputs(x, self.num_stages - 1, keep):
                 pass
-        finally:
-            for handle in handles:
-                handle.remove()
         return Intermediates(features, layouts[indices[-1]], captured, layouts)
 
     # ------------------------------------------------------- training utilities
@@ -633,11 +577,6 @@ class MLLA(BaseModule):
             module.eval()
             for p in module.parameters():
                 p.requires_grad = False
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        return self
 
     def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
         """Layer id of a parameter for layer-wise learning-rate decay.

@@ -19,9 +19,10 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 
+from mmdinomamba.models.mixers.protocol import require_grid
 from mmdinomamba.models.utils import linear_rates
 from mmdinomamba.utils.arg_types import check_arg_types
-from .base import PatchEmbed, PlainBackbone, TokenLayout
+from .base import PatchEmbed, PlainBackbone, TokenLayout, mean_readout_layout
 from .mlla import MLLA, MLLABlock
 
 Tensor = torch.Tensor
@@ -98,37 +99,32 @@ class PlainMLLA(PlainBackbone):
                       self.arch_settings['mlp_ratio'], rates[i], qkv_bias, mixer_cfg)
             for i in range(self.num_layers))
         self.norm = nn.LayerNorm(dim)
-        self._grid: Optional[Tuple[int, int]] = None
         self.apply(MLLA._init_module)
         self._freeze_stages()
 
     def token_layout(self, hw: Tuple[int, int], device=None) -> TokenLayout:
         """Every token is a patch; the readout is their mean."""
-        every = torch.arange(hw[0] * hw[1], device=device)
-        return TokenLayout(readout=every, patches=every, hw=tuple(hw),
-                           readout_type='mean')
+        return mean_readout_layout(hw, device)
 
     def embed(self, x: Tensor) -> Tuple[Tensor, TokenLayout]:
         """(batch, C_in, H, W) -> patch tokens (batch, h * w, dim) and their layout;
-        the blocks that follow (:meth:`forward_tokens`) run on this grid."""
+        the blocks that follow (:meth:`forward_tokens`) run on its grid ``hw``."""
         tokens, hw = self.patch_embed(x)
-        self._grid = hw
         return tokens, self.token_layout(hw, x.device)
 
     def forward_tokens(self, tokens: Tensor, indices: Sequence[int],
-                       feature_source: Optional[str] = None) -> List[Tensor]:
-        """Run the blocks on the grid of the last :meth:`embed`; return the
-        (batch, h * w, dim) output of each index."""
-        if self._grid is None or self._grid[0] * self._grid[1] != tokens.shape[1]:
-            raise ValueError(f'PlainMLLA: {tokens.shape[1]} tokens do not fill the '
-                             f'grid {self._grid} of the last embed(); call embed() '
-                             'on the images first')
+                       feature_source: Optional[str] = None,
+                       hw: Optional[Tuple[int, int]] = None) -> List[Tensor]:
+        """Run the blocks on the patch grid ``hw`` (``layout.hw`` of
+        :meth:`embed`; required); return the (batch, h * w, dim) output of each
+        index."""
+        hw = require_grid(hw, tokens.shape[1], 'PlainMLLA.forward_tokens')
         source = feature_source or self.feature_source
         outs = {}
         # one RoPE table for every block: one width, one grid
-        rope_table = self.layers[0].attn.rope_table(self._grid, tokens)
+        rope_table = self.layers[0].attn.rope_table(hw, tokens)
         for i, layer in enumerate(self.layers[:max(indices) + 1]):
-            tokens = layer(tokens, self._grid, rope_table)
+            tokens = layer(tokens, hw, rope_table)
             if i in indices:
                 last = i == self.num_layers - 1
                 normed = source == 'normed' or (last and self.final_norm)

@@ -1,7 +1,8 @@
 """Token mixers with one contract: (batch, seqlen, dim) -> (batch, seqlen, dim),
 and the mixing-matrix protocol of :mod:`.protocol` (``mixing_info``,
-``mixing_matrices(u)`` and ``mixing_values(u)``, plus the grid ``hw`` for mixers
-on a 2-D grid: per head, M X = the mixing)."""
+``mixing_matrices(u, hw=None)`` and ``mixing_values(u, hw=None)``: per head,
+M X = the mixing). Every mixer takes the token grid ``hw`` the same way; mixers
+on a 2-D grid need it, the others ignore it."""
 from .linear_attention import LinearAttention
 from .linear_attention_mixer import LinearAttentionMixer
 from .protocol import MIXER_KINDS, MixerInfo, TokenMixer

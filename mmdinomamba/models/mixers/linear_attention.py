@@ -1,5 +1,5 @@
 """Multi-head linear attention (the token mixer of LinearViT)."""
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -7,7 +7,7 @@ from einops import rearrange
 
 from mmdinomamba.ops import check_finite
 from mmdinomamba.ops.linear_attention import linear_attention, linear_attention_matrix
-from .protocol import MixerInfo
+from .protocol import Grid, MixerInfo
 
 Tensor = torch.Tensor
 
@@ -38,7 +38,8 @@ class LinearAttention(nn.Module):
         return rearrange(self.qkv(u), 'b l (three h d) -> three b h l d', three=3,
                          h=self.num_heads).unbind(0)
 
-    def forward(self, u: Tensor) -> Tensor:
+    def forward(self, u: Tensor, hw: Optional[Grid] = None) -> Tensor:
+        """(batch, seqlen, dim) -> same; ``hw`` is ignored (no grid needed)."""
         check_finite(u, 'LinearAttention: the input')
         q, k, v = self._qkv(u)
         y = linear_attention(q, k, v)
@@ -50,13 +51,13 @@ class LinearAttention(nn.Module):
         return MixerInfo('linear', self.num_heads, self.dim // self.num_heads,
                          ('attention', ))
 
-    def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
+    def mixing_matrices(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         """``{'attention': M}`` with ``M`` (batch, nheads, seqlen, seqlen); the
         mixer's pre-projection output per head is ``M v``."""
         q, k, _ = self._qkv(u)
         return {'attention': linear_attention_matrix(q, k)}
 
-    def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
+    def mixing_values(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         """``{'attention': v}``, the value projection (batch, nheads, seqlen,
         headdim): ``M v`` is each head's slice of the input of ``proj``."""
         return {'attention': self._qkv(u)[2]}

@@ -66,25 +66,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mmdinomamba.ops import check_finite
+from mmdinomamba.models.utils import init_dt_bias
+from mmdinomamba.ops import check_finite, float32_or_wider
 from mmdinomamba.ops.mlla import (ATTENTION_BACKENDS, HeadTable, gla_mixing_matrix,
                                   linear_attention_parts, mlla_features_auto,
                                   mlla_features_ref, mlla_mixing_matrix, mlla_output,
                                   rope_head_table, values_per_head)
 from mmdinomamba.utils.arg_types import check_arg_types
 from .positional import depthwise_conv_matrix, grid_conv, rope_2d, rope_2d_table
-from .protocol import MixerInfo
-from .ssd_mixer import _init_dt_bias
+from .protocol import Grid, MixerInfo, require_grid
 
 Tensor = torch.Tensor
 
 FORGET_GATES = ('head', 'channel')
 DT_INIT_FLOOR = 1e-4  # the smallest initial forget-gate step (initialisation only)
 LEPE_KERNEL = 3
-
-
-def _compute_dtype(t: Tensor) -> torch.dtype:
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
 def _forget_gate(value: Union[bool, str, None]) -> Optional[str]:
@@ -186,7 +182,7 @@ class LinearAttentionMixer(nn.Module):
         if self.forget_gate is not None:
             decays = num_heads if self.forget_gate == 'head' else qk_dim
             self.dt_proj = nn.Linear(dim, decays, bias=False)
-            self.dt_bias = nn.Parameter(_init_dt_bias(decays, 1e-3, 0.1, DT_INIT_FLOOR))
+            self.dt_bias = nn.Parameter(init_dt_bias(decays, 1e-3, 0.1, DT_INIT_FLOOR))
             A = torch.empty(decays).uniform_(1, 16)
             self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(dim)) if shortcut else None
@@ -202,13 +198,12 @@ class LinearAttentionMixer(nn.Module):
             nn.init.constant_(self.delta_proj[1].bias, math.log(math.e - 1))
 
     # ------------------------------------------------------------------ pieces
-    def _check(self, u: Tensor, hw) -> None:
+    def _check(self, u: Tensor, hw: Optional[Grid]) -> Grid:
+        """``u``'s shape and its grid ``hw`` (which this mixer needs), as ints."""
         if u.dim() != 3 or u.shape[-1] != self.dim:
             raise ValueError(f'LinearAttentionMixer: input must have shape (batch, '
                              f'H * W, {self.dim}), got {tuple(u.shape)}')
-        if len(hw) != 2 or int(hw[0]) * int(hw[1]) != u.shape[1]:
-            raise ValueError(f'LinearAttentionMixer: {u.shape[1]} tokens do not fill '
-                             f'the grid hw={tuple(hw)}')
+        return require_grid(hw, u.shape[1], 'LinearAttentionMixer')
 
     def rope_table(self, hw: Tuple[int, int], like: Tensor) -> Optional[HeadTable]:
         """The RoPE table of this mixer's width and heads on the grid ``hw``
@@ -223,7 +218,7 @@ class LinearAttentionMixer(nn.Module):
         if not self.rope:
             return None
         cos, sin = rope_2d_table(hw, self.qk_dim, device=like.device,
-                                 dtype=_compute_dtype(like))
+                                 dtype=float32_or_wider(like.dtype))
         return rope_head_table(cos, sin, self.num_heads)
 
     def _log_decay(self, u: Tensor) -> Optional[Tensor]:
@@ -231,7 +226,7 @@ class LinearAttentionMixer(nn.Module):
         compute dtype, or None without the gate."""
         if self.dt_proj is None:
             return None
-        dtype = _compute_dtype(u)
+        dtype = float32_or_wider(u.dtype)
         dt = F.softplus(self.dt_proj(u).to(dtype) + self.dt_bias.to(dtype))
         log_decay = -torch.exp(self.A_log.to(dtype)) * dt  # (batch, N, decays)
         return log_decay.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
@@ -247,7 +242,7 @@ class LinearAttentionMixer(nn.Module):
         (batch, num_heads, N, e) per head in float32 (float64 for float64 input),
         RoPE applied to Q and K each with a table of its own; V (batch, N, dim) and
         Delta in the input's dtype; the log-decay (or None)."""
-        self._check(u, hw)
+        hw = self._check(u, hw)
         rotate = (lambda t: rope_2d(t, hw)) if self.rope else None
         (q, k), (q_r, k_r) = mlla_features_ref(self.qk(u), self.num_heads, rotate)
         v, delta, g = self._values(u)
@@ -260,18 +255,19 @@ class LinearAttentionMixer(nn.Module):
         extra = grid_conv(self.lepe, v, hw) if self.lepe is not None else None
         if self.D is not None:
             with torch.autocast(v.device.type, enabled=False):
-                dtype = _compute_dtype(v)
+                dtype = float32_or_wider(v.dtype)
                 shortcut = v.to(dtype) * self.D.to(dtype)
             extra = shortcut if extra is None else extra + shortcut
         return extra
 
-    def forward(self, u: Tensor, hw: Tuple[int, int],
+    def forward(self, u: Tensor, hw: Optional[Grid] = None,
                 rope_table: Optional[HeadTable] = None) -> Tensor:
         """Mix tokens.
 
         Args:
             u (Tensor): (batch, H * W, dim), tokens in raster order.
-            hw (tuple): the grid (H, W).
+            hw (tuple): the grid (H, W); required (the protocol's optional
+                argument, which this mixer needs).
             rope_table (tuple, optional): :meth:`rope_table` of this grid, shared
                 by the mixers that run on it; None builds it in this call.
 
@@ -280,11 +276,12 @@ class LinearAttentionMixer(nn.Module):
         """
         check_finite(u, 'LinearAttentionMixer: the input')
         if self.attn_backend == 'ref':
+            hw = self._check(u, hw)
             p = self._parts(u, hw)
             q, k, q_r, k_r, g, v = (p[key] for key in ('q', 'k', 'q_r', 'k_r', 'g', 'v'))
             log_decay = p['log_decay']
         else:
-            self._check(u, hw)
+            hw = self._check(u, hw)
             if self.rope and rope_table is None:
                 rope_table = self.rope_table(hw, u)
             qk = self.qk(u)
@@ -318,9 +315,12 @@ class LinearAttentionMixer(nn.Module):
             return gla_mixing_matrix(*args, p['log_decay'], self.eps, self.normalize)
         return mlla_mixing_matrix(*args, self.eps, self.normalize)
 
-    def mixing_matrices(self, u: Tensor, hw: Tuple[int, int]) -> Dict[str, Tensor]:
+    def mixing_matrices(self, u: Tensor,
+                        hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         """``'attention'`` (batch, num_heads, N, N) and, with a per-channel term,
-        ``'whole'`` (batch, dim, N, N); see the module docstring."""
+        ``'whole'`` (batch, dim, N, N); see the module docstring. ``hw`` is
+        required."""
+        hw = self._check(u, hw)
         p = self._parts(u, hw)
         A = self._attention_matrix(p)
         out = {'attention': A}
@@ -337,7 +337,7 @@ class LinearAttentionMixer(nn.Module):
         out['whole'] = M
         return out
 
-    def mixing_values(self, u: Tensor, hw: Tuple[int, int]) -> Dict[str, Tensor]:
+    def mixing_values(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         """``'attention'``: G per head (batch, num_heads, N, e); ``'whole'``: V per
         channel (batch, dim, N, 1). Plus the LePE bias per channel, ``M X`` is the
         mixer's output (see the module docstring)."""

@@ -25,6 +25,8 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from mmdinomamba.ops import float32_or_wider
+
 Tensor = torch.Tensor
 
 __all__ = ['depthwise_conv_matrix', 'grid_conv', 'rope_2d', 'rope_2d_angles',
@@ -110,7 +112,7 @@ def rope_2d(x: Tensor, hw: Tuple[int, int], base: float = 10000.0,
         raise ValueError(f'rope_2d: x must have shape (batch, seqlen, ..., dim), got '
                          f'{tuple(x.shape)}')
     hw = _check_grid(hw, x.shape[1], 'rope_2d')
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    dtype = float32_or_wider(x.dtype)
     if table is None:
         table = rope_2d_table(hw, x.shape[-1], base, x.device, dtype)
     cos, sin = table

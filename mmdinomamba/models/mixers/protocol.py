@@ -8,16 +8,19 @@ and the values ``X`` they act on, so analysis never looks inside it:
 
 - ``mixing_info() -> MixerInfo``: kind, heads, query/key (or state) width and
   the names of the matrices;
-- ``mixing_matrices(u) -> {key: M}``, each M (batch, nheads, seqlen, seqlen);
-- ``mixing_values(u) -> {key: X}``, each X (batch, nheads, seqlen, headdim),
+- ``mixing_matrices(u, hw=None) -> {key: M}``, each M (batch, nheads, seqlen,
+  seqlen);
+- ``mixing_values(u, hw=None) -> {key: X}``, each X (batch, nheads, seqlen, headdim),
   with ``M X`` the mixer's per-head token mixing for that key (what exactly it
   reproduces is documented by each mixer).
 
-``u`` is the mixer's own input, (batch, seqlen, dim). A mixer whose tokens lie
-on a 2-D grid (``MixerInfo.grid``: positional encodings, convolutions over the
-grid) takes the grid as its forward does: ``mixing_matrices(u, hw)`` and
-``mixing_values(u, hw)`` with ``hw = (height, width)`` and the tokens in raster
-order. A matrix may be per channel rather than per head (MLLA's ``'whole'``:
+``u`` is the mixer's own input, (batch, seqlen, dim). Every mixer takes the
+token grid the same way, in ``forward(u, hw=None)``, ``mixing_matrices(u,
+hw=None)`` and ``mixing_values(u, hw=None)``, with ``hw = (height, width)`` and
+the tokens in raster order: a mixer whose tokens lie on a 2-D grid
+(``MixerInfo.grid``: positional encodings, convolutions over the grid) needs it
+and says so when it is missing (:func:`require_grid`); the others ignore it, so
+a caller passes the grid it has without asking which kind it holds. A matrix may be per channel rather than per head (MLLA's ``'whole'``:
 (batch, dim, seqlen, seqlen) with X (batch, dim, seqlen, 1)); its second axis
 says how many there are. Matrices and values are computed in the dtype of the
 mixer's parameters (cast the mixer and ``u`` to float64 for exact rank work) and
@@ -29,11 +32,12 @@ call them under ``torch.no_grad()``. An implementation therefore must not switch
 gradients off itself (no ``@torch.no_grad()``).
 """
 from dataclasses import dataclass
-from typing import Dict, Protocol, Tuple, runtime_checkable
+from typing import Dict, Optional, Protocol, Tuple, runtime_checkable
 
 import torch
 
 Tensor = torch.Tensor
+Grid = Tuple[int, int]
 
 MIXER_KINDS = ('softmax', 'linear', 'ssd', 'mlla')
 
@@ -76,8 +80,30 @@ class TokenMixer(Protocol):
     def mixing_info(self) -> MixerInfo:
         ...
 
-    def mixing_matrices(self, u: Tensor, *grid) -> Dict[str, Tensor]:
+    def forward(self, u: Tensor, hw: Optional[Grid] = None) -> Tensor:
         ...
 
-    def mixing_values(self, u: Tensor, *grid) -> Dict[str, Tensor]:
+    def mixing_matrices(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         ...
+
+    def mixing_values(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
+        ...
+
+
+def require_grid(hw: Optional[Grid], seqlen: int, who: str) -> Grid:
+    """``hw`` as (height, width) ints, checked to hold ``seqlen`` tokens: for a
+    mixer that needs the grid.
+
+    Raises:
+        ValueError: ``hw`` is missing, not two positive ints, or of another size.
+    """
+    if hw is None:
+        raise ValueError(f'{who} works on a token grid: pass hw=(height, width) '
+                         '(capture_mixer_calls or forward_intermediates gives it)')
+    if len(hw) != 2 or int(hw[0]) < 1 or int(hw[1]) < 1:
+        raise ValueError(f'{who}: hw must be a grid (height, width) of positive '
+                         f'ints, got {hw!r}')
+    h, w = int(hw[0]), int(hw[1])
+    if h * w != seqlen:
+        raise ValueError(f'{who}: {seqlen} tokens do not fill the grid hw={(h, w)}')
+    return h, w

@@ -1,16 +1,17 @@
 """The Mamba-2 (SSD) token mixer, causal or bidirectional ("bimamba v2")."""
-import math
-from typing import Dict, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
 from einops import rearrange
 
-from mmdinomamba.ops import (BACKENDS, MixerParams, MixerSpec, RMSNorm, check_finite,
-                             direction_ssd_inputs, mixer_core, ssd_decay_mask,
-                             ssd_mixing_matrix, uses_fused_core)
+from mmdinomamba.models.utils import init_dt_bias
+from mmdinomamba.ops import (BACKENDS, CHUNK_SIZE, MixerParams, MixerSpec, RMSNorm,
+                             check_chunk_size, check_finite, direction_ssd_inputs,
+                             mixer_core, ssd_decay_mask, ssd_mixing_matrix,
+                             uses_fused_core)
 from mmdinomamba.utils.arg_types import check_arg_types
-from .protocol import MixerInfo
+from .protocol import Grid, MixerInfo
 
 Tensor = torch.Tensor
 
@@ -57,8 +58,10 @@ class SSDMixer(nn.Module):
         bias (bool): bias in the projections. Defaults to False.
         conv_bias (bool): bias in the conv. Defaults to True.
         chunk_size (int | str): chunk of the PyTorch scan, or 'auto' (the whole
-            sequence up to 128 tokens, else 64: :func:`mmdinomamba.ops.mixer.auto_chunk_size`).
-            It changes no weight, and no result beyond rounding. Defaults to 'auto'.
+            sequence up to 128 tokens, else 64: :func:`mmdinomamba.ops.spec.auto_chunk_size`).
+            It changes no weight, and no result beyond rounding; the fused Triton
+            path tiles by itself and says once that an explicit value is unused.
+            Defaults to :data:`mmdinomamba.ops.spec.CHUNK_SIZE` ('auto').
         bidirectional (bool): add the backward direction. Defaults to True.
         ssd_backend (str): see :data:`mmdinomamba.ops.BACKENDS`. Defaults to 'auto'.
         norm_eps (float): eps of the gated RMSNorm. Defaults to 1e-5.
@@ -77,7 +80,7 @@ class SSDMixer(nn.Module):
                  dt_init_floor: float = 1e-4,
                  bias: bool = False,
                  conv_bias: bool = True,
-                 chunk_size: Union[int, str] = 'auto',
+                 chunk_size: Union[int, str] = CHUNK_SIZE,
                  bidirectional: bool = True,
                  ssd_backend: str = 'auto',
                  norm_eps: float = 1e-5,
@@ -98,9 +101,7 @@ class SSDMixer(nn.Module):
         if ssd_backend not in BACKENDS:
             raise ValueError(f'SSDMixer: unknown ssd_backend {ssd_backend!r}; '
                              f'choose one of {BACKENDS}')
-        if chunk_size != 'auto' and not (isinstance(chunk_size, int) and chunk_size > 0):
-            raise ValueError(f"SSDMixer: chunk_size must be a positive int or 'auto', "
-                             f'got {chunk_size!r}')
+        check_chunk_size(chunk_size, 'SSDMixer')
         if A_init_range[0] <= 0 or A_init_range[1] < A_init_range[0]:
             raise ValueError(f'SSDMixer: A_init_range must be 0 < low <= high, '
                              f'got {A_init_range}')
@@ -124,7 +125,7 @@ class SSDMixer(nn.Module):
                 self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim,
                 padding=d_conv - 1, bias=conv_bias, **dd))
             self.register_parameter(names['dt_bias'], nn.Parameter(
-                _init_dt_bias(self.nheads, dt_min, dt_max, dt_init_floor, **dd)))
+                init_dt_bias(self.nheads, dt_min, dt_max, dt_init_floor, **dd)))
             A = torch.empty(self.nheads, dtype=torch.float32,
                             device=device).uniform_(*A_init_range)
             self.register_parameter(names['A_log'],
@@ -180,11 +181,12 @@ class SSDMixer(nn.Module):
         return direction_ssd_inputs(zxbcdt, self.core_params(), self.spec,
                                     self.directions.index(direction))
 
-    def forward(self, u: Tensor) -> Tensor:
+    def forward(self, u: Tensor, hw: Optional[Grid] = None) -> Tensor:
         """Mix tokens.
 
         Args:
             u (Tensor): (batch, seqlen, dim).
+            hw (tuple, optional): the token grid; ignored (the scan needs none).
 
         Returns:
             Tensor: (batch, seqlen, dim).
@@ -216,7 +218,7 @@ class SSDMixer(nn.Module):
             yield direction, flip, self.ssd_inputs(zxbcdt.flip(1) if flip else zxbcdt,
                                                    direction)
 
-    def mixing_matrices(self, u: Tensor) -> Dict[str, Tensor]:
+    def mixing_matrices(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         """The SSD token-mixing matrix of each direction, in sequence order.
 
         For direction ``d``, ``M_d`` satisfies ``ssd(x_d, ...) = M_d x_d`` per head,
@@ -237,7 +239,7 @@ class SSDMixer(nn.Module):
             out[direction] = M.flip(-1).flip(-2) if flip else M
         return out
 
-    def mixing_values(self, u: Tensor) -> Dict[str, Tensor]:
+    def mixing_values(self, u: Tensor, hw: Optional[Grid] = None) -> Dict[str, Tensor]:
         """The values ``x_d`` of each direction (its conv1d + SiLU output), in
         sequence order: ``M_d x_d`` is the SSD output (``D`` skip included) that
         enters that direction's gated RMSNorm.
@@ -275,15 +277,3 @@ class SSDMixer(nn.Module):
                 f'headdim={self.headdim}, ngroups={self.ngroups}, '
                 f'bidirectional={self.bidirectional}, ssd_backend={self.ssd_backend!r}')
 
-
-def _init_dt_bias(nheads: int, dt_min: float, dt_max: float, floor: float,
-                  device=None, dtype=None) -> Tensor:
-    """A bias whose softplus is log-uniform in [dt_min, dt_max].
-
-    softplus^-1(dt) = dt + log(1 - exp(-dt)); see
-    https://github.com/pytorch/pytorch/issues/72759.
-    """
-    dt = torch.exp(torch.rand(nheads, device=device) *
-                   (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
-    dt = dt.clamp(min=floor)
-    return (dt + torch.log(-torch.expm1(-dt))).to(dtype)

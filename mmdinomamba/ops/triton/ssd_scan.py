@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from ..spec import CHUNK_SIZE
 from .ssd_bwd import scan_backward, sum_heads
 from .ssd_common import ScanArgs, default_backward_chunk, default_chunk
 from .ssd_fwd import scan_forward
@@ -60,7 +61,7 @@ class _SSDScan(torch.autograd.Function):
 
 
 def ssd_triton(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-               chunk_size: int = 256, D: Optional[Tensor] = None,
+               chunk_size=CHUNK_SIZE, D: Optional[Tensor] = None,
                z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
                dt_softplus: bool = False, initial_states: Optional[Tensor] = None,
                return_final_states: bool = False) -> Tensor:
