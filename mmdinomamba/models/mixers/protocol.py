@@ -26,7 +26,7 @@ says how many there are. Matrices and values are computed in the dtype of the
 mixer's parameters (cast the mixer and ``u`` to float64 for exact rank work) and
 in the caller's grad mode: with gradients enabled they are differentiable in the
 mixer's parameters and in ``u``, which is how
-:mod:`mmdinomamba.analysis.expressivity` fits a mixer's matrix to a target
+:mod:`mmdinomamba.studies.expressivity.probe` fits a mixer's matrix to a target
 through this protocol; the measuring helpers of :mod:`mmdinomamba.analysis.mixing`
 call them under ``torch.no_grad()``. An implementation therefore must not switch
 gradients off itself (no ``@torch.no_grad()``).

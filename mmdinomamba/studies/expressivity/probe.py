@@ -320,20 +320,20 @@ class ProbeModel(nn.Module):
         count = self.family.matrices(width, heads)
         self.head_weights = nn.Parameter(torch.full((count, ), 1.0 / count))
         mixer = as_mixer(self.mixer)
-        self.grid = (grid_shape(features.shape[0]), ) if mixer.mixing_info().grid else ()
+        self.grid = grid_shape(features.shape[0])  # mixers without a grid ignore it
         self.target: Optional[Tensor] = None
         if self.family.linear_part:
             # P(kappa) = sum_ab kappa_ab S_ab: the k^2 unit stencils on the grid
             k = mixer.mixing_info().local_kernel
             unit = torch.eye(k * k).view(k * k, 1, k, k)
-            self.register_buffer('stencils', depthwise_conv_matrix(unit, *self.grid),
+            self.register_buffer('stencils', depthwise_conv_matrix(unit, self.grid),
                                  persistent=False)
 
     def forward(self) -> Tensor:
         """M, (seqlen, seqlen), differentiable in every parameter; while
         :meth:`project` holds a target, the M of the best (s, kappa) instead."""
         u = self.embed(self.features)[None]
-        mats = as_mixer(self.mixer).mixing_matrices(u, *self.grid)
+        mats = as_mixer(self.mixer).mixing_matrices(u, self.grid)
         if self.target is not None:
             basis = self._linear_basis(mats)
             return torch.einsum('k,kij->ij', self._solve(basis), basis)
@@ -379,7 +379,7 @@ class ProbeModel(nn.Module):
             K_c = a_c kappa / ||a||^2   so sum_c a_c K_c = kappa
         """
         u = self.embed(self.features)[None]
-        mats = as_mixer(self.mixer).mixing_matrices(u, *self.grid)
+        mats = as_mixer(self.mixer).mixing_matrices(u, self.grid)
         basis = self._linear_basis(mats)
         coef = self._solve(basis)
         heads = mats['attention'].shape[1]
