@@ -13,12 +13,12 @@ FAMILIES = ('upernet', 'cascade_mask_rcnn', 'mask_rcnn', 'linear_probe', 'robust
 GRAPHED = ('DinoVim', 'MLLA')  # backbones with a stack or stage runner
 
 
-def tested_configs():
+def configs_under_test():
     return [p for p in leaf_configs()
             if leaf_id(p).split('/')[0] in FAMILIES and '_toy' not in leaf_id(p)]
 
 
-@pytest.mark.parametrize('path', tested_configs(), ids=leaf_id)
+@pytest.mark.parametrize('path', configs_under_test(), ids=leaf_id)
 def test_test_configs_of_graphable_backbones_carry_the_hook(path):
     cfg = load(path)
     assert cfg.get('test_dataloader'), path
@@ -33,7 +33,7 @@ def test_test_configs_of_graphable_backbones_carry_the_hook(path):
 
 def test_the_walk_covers_each_family_and_both_backbones():
     seen = {(leaf_id(p).split('/')[0], load(p).model.backbone.type)
-            for p in tested_configs()}
+            for p in configs_under_test()}
     for family in ('upernet', 'cascade_mask_rcnn', 'linear_probe', 'robustness'):
         assert (family, 'DinoVim') in seen, family
     for family in ('upernet', 'mask_rcnn', 'mlla'):
