@@ -1,11 +1,13 @@
 """Token mixers with one contract: (batch, seqlen, dim) -> (batch, seqlen, dim),
 and the mixing-matrix protocol of :mod:`.protocol` (``mixing_info``,
 ``mixing_matrices(u)`` and ``mixing_values(u)``, plus the grid ``hw`` for mixers
-on a 2-D grid: per head, M X = the mixing)."""
+on a 2-D grid: per head, M X = the mixing); and :class:`AddLayerNorm`, the residual
+add + LayerNorm in front of MLLA's mixer and MLP."""
+from .add_layer_norm import AddLayerNorm
 from .linear_attention import LinearAttention
 from .linear_attention_mixer import LinearAttentionMixer
 from .protocol import MIXER_KINDS, MixerInfo, TokenMixer
 from .ssd_mixer import SSDMixer
 
-__all__ = ['LinearAttention', 'LinearAttentionMixer', 'MIXER_KINDS', 'MixerInfo',
+__all__ = ['AddLayerNorm', 'LinearAttention', 'LinearAttentionMixer', 'MIXER_KINDS', 'MixerInfo',
            'SSDMixer', 'TokenMixer']
