@@ -426,7 +426,8 @@ def add_layer_norm(x: Tensor, h: Optional[Tensor], weight: Optional[Tensor],
     if h is not None and h.shape != x.shape:
         raise ValueError(f'add_layer_norm: h must have the shape of x {tuple(x.shape)}, '
                          f'got {tuple(h.shape)}')
-    res_dtype = x.dtype if h is None else torch.promote_types(x.dtype, h.dtype)
+    res_dtype = x.dtype if h is None or h.dtype == x.dtype else \
+        torch.promote_types(x.dtype, h.dtype)
     out_dtype = layer_norm_out_dtype(res_dtype, x.device)
     if (use_triton(x) and (h is None or h.dtype in TRITON_DTYPES)
             and (weight is None or weight.dtype in TRITON_DTYPES)

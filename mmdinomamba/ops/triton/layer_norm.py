@@ -39,11 +39,11 @@ LN_BWD_TILES = 8
 
 
 @triton.jit
-def _add_ln_fwd_kernel(x_ptr, h_ptr, w_ptr, b_ptr, res_ptr, out_ptr, mean_ptr, rstd_ptr,
-                       nrows, eps, DIM: tl.constexpr, BLOCK: tl.constexpr,
+def _add_ln_fwd_kernel(x_ptr, h_ptr, w_ptr, b_ptr, res_ptr, out_ptr, stats_ptr, nrows, eps, DIM: tl.constexpr, BLOCK: tl.constexpr,
                        BLOCK_M: tl.constexpr, HAS_H: tl.constexpr, HAS_W: tl.constexpr,
                        HAS_B: tl.constexpr, SAVE_STATS: tl.constexpr):
-    """HAS_H: add h and write the residual; SAVE_STATS: write mu and rstd."""
+    """HAS_H: add h and write the residual; SAVE_STATS: write mu (stats[:nrows]) and
+    rstd (stats[nrows:])."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK)
     rmask = rows < nrows
@@ -66,17 +66,18 @@ def _add_ln_fwd_kernel(x_ptr, h_ptr, w_ptr, b_ptr, res_ptr, out_ptr, mean_ptr, r
         y += tl.load(b_ptr + cols, mask=cmask, other=0.).to(tl.float32)[None, :]
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
     if SAVE_STATS:
-        tl.store(mean_ptr + rows, mean, mask=rmask)
-        tl.store(rstd_ptr + rows, rstd, mask=rmask)
+        tl.store(stats_ptr + rows, mean, mask=rmask)
+        tl.store(stats_ptr + nrows + rows, rstd, mask=rmask)
 
 
 @triton.jit
-def _add_ln_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, mean_ptr, rstd_ptr, dr_ptr,
-                       dw_ptr, db_ptr, nrows, DIM: tl.constexpr, BLOCK: tl.constexpr,
+def _add_ln_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, stats_ptr, dr_ptr, dwb_ptr,
+                       nrows, DIM: tl.constexpr, BLOCK: tl.constexpr,
                        BLOCK_M: tl.constexpr, TILES: tl.constexpr, HAS_DRES: tl.constexpr,
                        HAS_W: tl.constexpr, DW: tl.constexpr, DB: tl.constexpr):
     """dr: the gradient of the residual (x's and h's), in the residual's dtype; DW /
-    DB: write this program's partial weight / bias gradient (row ``pid``)."""
+    DB: write this program's partial weight / bias gradient (rows ``pid`` and
+    ``programs + pid`` of dwb)."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     cmask = cols < DIM
@@ -90,8 +91,8 @@ def _add_ln_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, mean_ptr, rstd_ptr, d
         mask = rmask[:, None] & cmask[None, :]
         offs = rows.to(tl.int64)[:, None] * DIM + cols[None, :]
         r = tl.load(res_ptr + offs, mask=mask, other=0.).to(tl.float32)
-        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.)
-        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.)
+        mean = tl.load(stats_ptr + rows, mask=rmask, other=0.)
+        rstd = tl.load(stats_ptr + nrows + rows, mask=rmask, other=0.)
         n = tl.where(mask, (r - mean[:, None]) * rstd[:, None], 0.)
         dout = tl.load(dout_ptr + offs, mask=mask, other=0.).to(tl.float32)
         if HAS_W:
@@ -108,9 +109,10 @@ def _add_ln_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, mean_ptr, rstd_ptr, d
         if DB:
             db += dout
     if DW:
-        tl.store(dw_ptr + pid * DIM + cols, tl.sum(dw, 0), mask=cmask)
+        tl.store(dwb_ptr + pid * DIM + cols, tl.sum(dw, 0), mask=cmask)
     if DB:
-        tl.store(db_ptr + pid * DIM + cols, tl.sum(db, 0), mask=cmask)
+        tl.store(dwb_ptr + (tl.num_programs(0) + pid) * DIM + cols, tl.sum(db, 0),
+                 mask=cmask)
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,14 +124,22 @@ def _ln_blocks(dim: int):
                 num_warps=max(1, min(16, block_m * block // 512)))
 
 
-def _rows(t: Tensor, dim: int) -> Tensor:
-    """``t`` as dense (rows, dim) (a view when it already is)."""
-    return t.reshape(-1, dim) if t.is_contiguous() else t.contiguous().view(-1, dim)
+def _dense(t: Tensor) -> Tensor:
+    """``t`` with its elements dense in row-major order (itself when they are)."""
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def residual_dtype(x: Tensor, h: Optional[Tensor]) -> torch.dtype:
+    """The dtype of ``x + h`` (x's without h)."""
+    if h is None or h.dtype == x.dtype:
+        return x.dtype
+    return torch.promote_types(x.dtype, h.dtype)
 
 
 def add_layer_norm_forward(x: Tensor, h, weight, bias, eps: float,
                            out_dtype: torch.dtype, save_stats: bool):
-    """The forward kernel on (rows, dim) rows.
+    """The forward kernel. Every tensor keeps x's shape (the kernel reads them as
+    dense rows): few torch operators per call.
 
     Args:
         x (Tensor): (..., dim).
@@ -137,60 +147,54 @@ def add_layer_norm_forward(x: Tensor, h, weight, bias, eps: float,
         weight, bias (Tensor, optional): (dim,).
         eps (float): LayerNorm eps.
         out_dtype (torch.dtype): dtype of the normalised rows.
-        save_stats (bool): also return mu and rstd (rows,) float32.
+        save_stats (bool): also return mu and rstd, as one (2 * rows,) float32.
 
     Returns:
-        tuple: the residual (rows, dim) in the dtype of ``x + h`` (x's rows when h
-        is None), the normalised rows (rows, dim) in ``out_dtype``, mu and rstd
-        (None without ``save_stats``).
+        tuple: the residual (..., dim) in the dtype of ``x + h`` (x made dense when
+        h is None), the normalised rows (..., dim) in ``out_dtype``, and mu then
+        rstd (None without ``save_stats``).
     """
     dim = x.shape[-1]
-    x2 = _rows(x, dim)
-    rows = x2.shape[0]
-    if h is None:
-        h2, res = None, x2
-    else:
-        h2 = _rows(h, dim)
-        res = torch.empty(rows, dim, device=x.device,
-                          dtype=torch.promote_types(x.dtype, h.dtype))
-    out = torch.empty(rows, dim, device=x.device, dtype=out_dtype)
-    mean = rstd = None
-    if save_stats:
-        mean = torch.empty(rows, device=x.device, dtype=torch.float32)
-        rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
+    rows = x.numel() // dim
+    x = _dense(x)
+    res = x if h is None else torch.empty(x.shape, device=x.device,
+                                          dtype=residual_dtype(x, h))
+    out = torch.empty(x.shape, device=x.device, dtype=out_dtype)
+    stats = torch.empty(2 * rows, device=x.device, dtype=torch.float32) \
+        if save_stats else None
     blocks = _ln_blocks(dim)
     launch(_add_ln_fwd_kernel)[(cdiv(rows, blocks['BLOCK_M']), )](
-        x2, h2 if h2 is not None else x2, weight if weight is not None else x2,
-        bias if bias is not None else x2, res, out,
-        mean if save_stats else out, rstd if save_stats else out, rows, eps,
-        HAS_H=h is not None, HAS_W=weight is not None, HAS_B=bias is not None,
+        x, _dense(h) if h is not None else x, weight if weight is not None else x,
+        bias if bias is not None else x, res, out, stats if save_stats else out, rows,
+        eps, HAS_H=h is not None, HAS_W=weight is not None, HAS_B=bias is not None,
         SAVE_STATS=save_stats, **blocks)
-    return res, out, mean, rstd
+    return res, out, stats
 
 
-def add_layer_norm_backward(dout, dres, res: Tensor, weight, mean: Tensor,
-                            rstd: Tensor, need_dw: bool, need_db: bool):
+def add_layer_norm_backward(dout, dres, res: Tensor, weight, stats: Tensor,
+                            need_dw: bool, need_db: bool):
     """The backward kernel: from the gradients of the normalised rows (``dout``) and
     of the residual output (``dres``; either may be None, zero), the gradient of the
-    residual (rows, dim) in its dtype (x's and h's alike) and the weight's and bias's
+    residual (its shape and dtype: x's and h's alike), and the weight's and bias's
     (dim,) float32 (None where not needed)."""
-    rows, dim = res.shape
+    dim = res.shape[-1]
+    rows = res.numel() // dim
     blocks = _ln_blocks(dim)
     programs = cdiv(cdiv(rows, blocks['BLOCK_M']), LN_BWD_TILES)
     dr = torch.empty_like(res)
-    dw = torch.empty(programs, dim, device=res.device, dtype=torch.float32) \
-        if need_dw else None
-    db = torch.empty(programs, dim, device=res.device, dtype=torch.float32) \
-        if need_db else None
+    dwb = torch.empty(2, programs, dim, device=res.device, dtype=torch.float32) \
+        if need_dw or need_db else None
     if dout is None:
-        dout = torch.zeros(rows, dim, device=res.device, dtype=torch.float32)
+        dout = torch.zeros(res.shape, device=res.device, dtype=torch.float32)
     launch(_add_ln_bwd_kernel)[(programs, )](
-        _rows(dout, dim), _rows(dres, dim) if dres is not None else dr, res,
-        weight if weight is not None else res, mean, rstd, dr,
-        dw if need_dw else mean, db if need_db else mean, rows, TILES=LN_BWD_TILES,
-        HAS_DRES=dres is not None, HAS_W=weight is not None, DW=need_dw, DB=need_db,
-        **blocks)
-    return dr, None if dw is None else dw.sum(0), None if db is None else db.sum(0)
+        _dense(dout), _dense(dres) if dres is not None else dr, res,
+        weight if weight is not None else res, stats, dr, dwb if dwb is not None else dr,
+        rows, TILES=LN_BWD_TILES, HAS_DRES=dres is not None, HAS_W=weight is not None,
+        DW=need_dw, DB=need_db, **blocks)
+    if dwb is None:
+        return dr, None, None
+    dw, db = dwb.sum(1).unbind()
+    return dr, dw if need_dw else None, db if need_db else None
 
 
 class _AddLayerNorm(torch.autograd.Function):
@@ -198,27 +202,24 @@ class _AddLayerNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, h, weight, bias, eps, out_dtype):
-        res, out, mean, rstd = add_layer_norm_forward(x, h, weight, bias, eps,
-                                                      out_dtype, save_stats=True)
+        res, out, stats = add_layer_norm_forward(x, h, weight, bias, eps, out_dtype,
+                                                 save_stats=True)
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(res, weight, mean, rstd)
-        ctx.meta = (x.dtype, None if h is None else h.dtype, x.shape,
+        ctx.save_for_backward(res, weight, stats)
+        ctx.meta = (x.dtype, None if h is None else h.dtype,
                     None if weight is None else weight.dtype,
                     None if bias is None else bias.dtype)
-        if h is None:
-            return out.view(x.shape)
-        return res.view(x.shape), out.view(x.shape)
+        return out if h is None else (res, out)
 
     @staticmethod
     def backward(ctx, *grads):
-        res, weight, mean, rstd = ctx.saved_tensors
-        x_dtype, h_dtype, shape, w_dtype, b_dtype = ctx.meta
+        res, weight, stats = ctx.saved_tensors
+        x_dtype, h_dtype, w_dtype, b_dtype = ctx.meta
         dres, dout = grads if h_dtype is not None else (None, grads[0])
         need = ctx.needs_input_grad
-        dr, dw, db = add_layer_norm_backward(dout, dres, res, weight, mean, rstd,
+        dr, dw, db = add_layer_norm_backward(dout, dres, res, weight, stats,
                                              need_dw=w_dtype is not None and need[2],
                                              need_db=b_dtype is not None and need[3])
-        dr = dr.view(shape)
         return (cast(dr, x_dtype), None if h_dtype is None else cast(dr, h_dtype),
                 None if dw is None else cast(dw, w_dtype),
                 None if db is None else cast(db, b_dtype), None, None)
@@ -244,11 +245,11 @@ def add_layer_norm_triton(x: Tensor, h: Optional[Tensor] = None,
         ``x + h``, and the LayerNorm (..., dim) in ``out_dtype``.
     """
     if out_dtype is None:
-        out_dtype = x.dtype if h is None else torch.promote_types(x.dtype, h.dtype)
+        out_dtype = residual_dtype(x, h)
     if not torch.is_grad_enabled():  # no graph to record: the forward alone
-        res, out, _, _ = add_layer_norm_forward(x, h, weight, bias, eps, out_dtype,
-                                                save_stats=False)
-        return (x if h is None else res.view(x.shape)), out.view(x.shape)
+        res, out, _ = add_layer_norm_forward(x, h, weight, bias, eps, out_dtype,
+                                             save_stats=False)
+        return (x if h is None else res), out
     if h is None:
         return x, _AddLayerNorm.apply(x, None, weight, bias, eps, out_dtype)
     return _AddLayerNorm.apply(x, h, weight, bias, eps, out_dtype)
