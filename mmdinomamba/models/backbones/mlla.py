@@ -167,7 +167,7 @@ class SwinPatchMerging(nn.Module):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = AddLayerNorm(4 * dim)  # nn.LayerNorm, fused on CUDA
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     def forward(self, x: Tensor, hw: Grid) -> Tuple[Tensor, Grid]:
