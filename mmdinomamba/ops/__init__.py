@@ -20,9 +20,9 @@ from .norm import (RMSNorm, add_layer_norm_ref, add_rms_norm_ref, gated_rms_norm
 from .ssd import (discretize_dt, segsum, ssd_chunked, ssd_decay_mask,
                   ssd_mixing_matrix, ssd_quadratic, ssd_ref)
 from .backend import (BACKENDS, add_layer_norm, add_rms_norm, check_finite,
-                      check_ssd_inputs, mamba_ssm_available, resolve_backend, set_finite_checks,
-                      ssd_scan, triton_available, use_triton, uses_fused_blocks,
-                      uses_fused_core)
+                      check_ssd_inputs, mamba_ssm_available, resolve_backend,
+                      set_finite_checks, ssd_scan, triton_available, use_triton,
+                      uses_fused_blocks, uses_fused_core)
 from .mixer import direction_ssd_inputs, mixer_core, mixer_core_ref
 from .blocks import blocks_loop, run_blocks
 

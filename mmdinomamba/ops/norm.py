@@ -131,7 +131,7 @@ def add_layer_norm_ref(x: Tensor, h: Optional[Tensor] = None,
                        ) -> Tuple[Tensor, Tensor]:
     """A residual add, then LayerNorm over the last axis, statistics in float32::
 
-        residual = x + h                       (x when h is None; PyTorch's dtype promotion)
+        residual = x + h          (x when h is None; PyTorch's dtype promotion)
         mu       = mean(residual)
         var      = mean((residual - mu)^2)
         out      = (residual - mu) / sqrt(var + eps) * weight + bias

@@ -9,5 +9,5 @@ from .linear_attention_mixer import LinearAttentionMixer
 from .protocol import MIXER_KINDS, MixerInfo, TokenMixer
 from .ssd_mixer import SSDMixer
 
-__all__ = ['AddLayerNorm', 'LinearAttention', 'LinearAttentionMixer', 'MIXER_KINDS', 'MixerInfo',
-           'SSDMixer', 'TokenMixer']
+__all__ = ['AddLayerNorm', 'LinearAttention', 'LinearAttentionMixer', 'MIXER_KINDS',
+           'MixerInfo', 'SSDMixer', 'TokenMixer']

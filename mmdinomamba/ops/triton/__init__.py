@@ -27,5 +27,6 @@ from .mlla import mlla_features_triton, mlla_output_triton
 from .norm import add_rms_norm_triton
 from .ssd_scan import ssd_triton
 
-__all__ = ['add_layer_norm_triton', 'add_rms_norm_triton', 'blocks_triton', 'mixer_core_triton',
-           'mlla_features_triton', 'mlla_output_triton', 'ssd_triton']
+__all__ = ['add_layer_norm_triton', 'add_rms_norm_triton', 'blocks_triton',
+           'mixer_core_triton', 'mlla_features_triton', 'mlla_output_triton',
+           'ssd_triton']

@@ -39,9 +39,10 @@ LN_BWD_TILES = 8
 
 
 @triton.jit
-def _add_ln_fwd_kernel(x_ptr, h_ptr, w_ptr, b_ptr, res_ptr, out_ptr, stats_ptr, nrows, eps, DIM: tl.constexpr, BLOCK: tl.constexpr,
-                       BLOCK_M: tl.constexpr, HAS_H: tl.constexpr, HAS_W: tl.constexpr,
-                       HAS_B: tl.constexpr, SAVE_STATS: tl.constexpr):
+def _add_ln_fwd_kernel(x_ptr, h_ptr, w_ptr, b_ptr, res_ptr, out_ptr, stats_ptr, nrows,
+                       eps, DIM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                       HAS_H: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                       SAVE_STATS: tl.constexpr):
     """HAS_H: add h and write the residual; SAVE_STATS: write mu (stats[:nrows]) and
     rstd (stats[nrows:])."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
