@@ -16,20 +16,22 @@ from .spec import (CHUNK_SIZE, TRITON_DTYPES, BlockParams, BlockSpec, MixerParam
                    MixerSpec, at_least_float32, auto_chunk_size, check_chunk_size,
                    float32_or_wider, skip_kernels, split_projection)
 from .conv import causal_depthwise_conv1d
-from .norm import RMSNorm, add_rms_norm_ref, gated_rms_norm, rms_norm
+from .norm import (RMSNorm, add_layer_norm_ref, add_rms_norm_ref, gated_rms_norm,
+                   rms_norm)
 from .ssd import (discretize_dt, segsum, ssd_chunked, ssd_decay_mask,
                   ssd_mixing_matrix, ssd_quadratic, ssd_ref)
-from .backend import (BACKENDS, add_rms_norm, check_finite, check_ssd_inputs,
-                      mamba_ssm_available, resolve_backend, set_finite_checks,
-                      ssd_scan, triton_available, use_triton, uses_fused_blocks,
-                      uses_fused_core)
+from .backend import (BACKENDS, add_layer_norm, add_rms_norm, check_finite,
+                      check_ssd_inputs, mamba_ssm_available, resolve_backend,
+                      set_finite_checks, ssd_scan, triton_available, use_triton,
+                      uses_fused_blocks, uses_fused_core)
 from .mixer import direction_ssd_inputs, mixer_core, mixer_core_ref
 from .blocks import blocks_loop, run_blocks
 
 __all__ = [
     'BACKENDS', 'BlockParams', 'BlockSpec', 'CHUNK_SIZE', 'MixerParams', 'MixerSpec',
     'RMSNorm', 'auto_chunk_size', 'check_chunk_size',
-    'TRITON_DTYPES', 'add_rms_norm', 'add_rms_norm_ref', 'at_least_float32',
+    'TRITON_DTYPES', 'add_layer_norm', 'add_layer_norm_ref', 'add_rms_norm',
+    'add_rms_norm_ref', 'at_least_float32',
     'blocks_loop', 'causal_depthwise_conv1d', 'check_finite', 'check_ssd_inputs',
     'direction_ssd_inputs', 'discretize_dt', 'float32_or_wider', 'gated_rms_norm',
     'mamba_ssm_available', 'mixer_core', 'mixer_core_ref', 'resolve_backend',

@@ -17,7 +17,8 @@ The rules, written here alone:
   host's work) every device takes the fused path and no kernel runs.
 
 The dispatchers of the single ops, after checking their inputs, are here too:
-:func:`ssd_scan` (the SSD) and :func:`add_rms_norm` (a block's pre-norm step). The
+:func:`ssd_scan` (the SSD), :func:`add_rms_norm` (a block's pre-norm step) and
+:func:`add_layer_norm` (a residual add + LayerNorm). The
 composite ops, whose PyTorch twins call these dispatchers step by step, apply the
 rules in their own modules: :func:`mmdinomamba.ops.mixer.mixer_core`
 (:func:`uses_fused_core`) and :func:`mmdinomamba.ops.blocks.run_blocks`
@@ -38,7 +39,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from mmengine.logging import print_log
 
-from .norm import add_rms_norm_ref
+from .norm import add_layer_norm_ref, add_rms_norm_ref, layer_norm_out_dtype
 from .spec import (CHUNK_SIZE, TRITON_DTYPES, BlockSpec, MixerSpec, check_chunk_size,
                    compute_dtype, dry_run, note_chunk_size_unused, resolve_chunk_size)
 from .ssd import SSDOutput, ssd_chunked, ssd_quadratic, ssd_ref
@@ -411,3 +412,29 @@ def add_rms_norm(h: Tensor, residual: Optional[Tensor], weight: Tensor,
         from .triton import add_rms_norm_triton
         return add_rms_norm_triton(h, residual, weight, eps, compute_dtype(weight), scale)
     return add_rms_norm_ref(h, residual, weight, eps, scale)
+
+
+def add_layer_norm(x: Tensor, h: Optional[Tensor], weight: Optional[Tensor],
+                   bias: Optional[Tensor], eps: float = 1e-5) -> Tuple[Tensor, Tensor]:
+    """``residual = x + h`` (x when h is None), then LayerNorm over the last axis:
+    the fused kernel where :func:`use_triton` takes x (and h, weight and bias have
+    Triton dtypes), else :func:`~mmdinomamba.ops.norm.add_layer_norm_ref` (same
+    arguments and function).
+
+    Returns:
+        tuple: the residual (..., dim) and its LayerNorm (..., dim) in
+        :func:`~mmdinomamba.ops.norm.layer_norm_out_dtype`: autocast's dtype where
+        autocast is on, else the residual's.
+    """
+    if h is not None and h.shape != x.shape:
+        raise ValueError(f'add_layer_norm: h must have the shape of x {tuple(x.shape)}, '
+                         f'got {tuple(h.shape)}')
+    res_dtype = x.dtype if h is None or h.dtype == x.dtype else \
+        torch.promote_types(x.dtype, h.dtype)
+    out_dtype = layer_norm_out_dtype(res_dtype, x.device)
+    if (use_triton(x) and (h is None or h.dtype in TRITON_DTYPES)
+            and (weight is None or weight.dtype in TRITON_DTYPES)
+            and (bias is None or bias.dtype in TRITON_DTYPES)):
+        from .triton import add_layer_norm_triton
+        return add_layer_norm_triton(x, h, weight, bias, eps, out_dtype)
+    return add_layer_norm_ref(x, h, weight, bias, eps, out_dtype)

@@ -1,11 +1,12 @@
-"""RMSNorm, the gated RMSNorm of Mamba-2 and a block's residual add + RMSNorm, computed
-in at least fp32 like mamba-ssm's kernels."""
+"""RMSNorm, the gated RMSNorm of Mamba-2, a block's residual add + RMSNorm, and a
+residual add + LayerNorm (MLLA's blocks), computed in at least fp32 like
+mamba-ssm's kernels."""
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from .spec import at_least_float32
+from .spec import at_least_float32, float32_or_wider
 
 Tensor = torch.Tensor
 
@@ -113,3 +114,57 @@ class RMSNorm(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f'{self.weight.shape[0]}, eps={self.eps}, group_size={self.group_size}'
+
+
+def layer_norm_out_dtype(residual_dtype: torch.dtype,
+                         device: torch.device) -> torch.dtype:
+    """The dtype of a LayerNorm's output before a matmul: autocast's where it is on
+    for ``device`` (what the matmul casts its input to anyway), else the residual's."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return residual_dtype
+
+
+def add_layer_norm_ref(x: Tensor, h: Optional[Tensor] = None,
+                       weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+                       eps: float = 1e-5, out_dtype: Optional[torch.dtype] = None
+                       ) -> Tuple[Tensor, Tensor]:
+    """A residual add, then LayerNorm over the last axis, statistics in float32::
+
+        residual = x + h          (x when h is None; PyTorch's dtype promotion)
+        mu       = mean(residual)
+        var      = mean((residual - mu)^2)
+        out      = (residual - mu) / sqrt(var + eps) * weight + bias
+
+    The PyTorch twin of :func:`mmdinomamba.ops.triton.add_layer_norm_triton`
+    (:func:`mmdinomamba.ops.backend.add_layer_norm` picks one;
+    :class:`mmdinomamba.models.mixers.AddLayerNorm` is the module). In float32 it
+    is ``nn.LayerNorm`` after the add, to the bit.
+
+    Args:
+        x (Tensor): (..., dim), the residual stream.
+        h (Tensor, optional): like x, the branch added to it (e.g. CPE's
+            convolution). None: no add.
+        weight (Tensor, optional): (dim,); None means 1.
+        bias (Tensor, optional): (dim,); None means 0.
+        eps (float): added to the variance. Defaults to 1e-5.
+        out_dtype (torch.dtype, optional): dtype of the normalised output.
+            Defaults to the residual's.
+
+    Returns:
+        tuple: the residual (..., dim) (``x`` itself when h is None) and its
+        LayerNorm (..., dim) in ``out_dtype``.
+    """
+    residual = x if h is None else x + h
+    wide = float32_or_wider(residual.dtype)
+    out = F.layer_norm(_cast(residual, wide), residual.shape[-1:],
+                       None if weight is None else _cast(weight, wide),
+                       None if bias is None else _cast(bias, wide), eps)
+    return residual, _cast(out, out_dtype or residual.dtype)
+
+
+def _cast(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t.to(dtype)`` without an operator call when ``t`` already has it (the
+    host's time of an eager step follows the operators it issues)."""
+    return t if t.dtype == dtype else t.to(dtype)
+

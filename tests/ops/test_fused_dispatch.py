@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from mmdinomamba.ops import (add_rms_norm, resolve_backend, rms_norm, ssd_scan,
-                             use_triton)
+from mmdinomamba.ops import (add_layer_norm, add_rms_norm, resolve_backend, rms_norm,
+                             ssd_scan, use_triton)
 
 
 def test_cpu_takes_reference_paths():
@@ -50,6 +50,43 @@ def test_add_rms_norm_scale_is_per_sample():
         add_rms_norm(h, res, torch.ones(8), 1e-5, torch.ones(5))
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_add_layer_norm_reference_path(dtype):
+    """The CPU path: residual = x + h, then ``F.layer_norm`` (the same bits in
+    float32), which is the closed form (r - mean) / sqrt(var + eps) * w + b."""
+    torch.manual_seed(0)
+    x, h = torch.randn(2, 5, 24, dtype=dtype), torch.randn(2, 5, 24, dtype=dtype)
+    w, b = torch.randn(24, dtype=dtype), torch.randn(24, dtype=dtype)
+    res, out = add_layer_norm(x, h, w, b, 1e-5)
+    assert res.dtype == out.dtype == dtype
+    assert torch.equal(res, x + h)
+    assert torch.equal(out, torch.nn.functional.layer_norm(x + h, (24, ), w, b, 1e-5))
+    r = (x + h).double()
+    mu = r.mean(-1, keepdim=True)
+    closed = (r - mu) / torch.sqrt((r - mu).pow(2).mean(-1, keepdim=True) + 1e-5)
+    # float32 rounding: a few units of 2^-24 of outputs of order 1
+    torch.testing.assert_close(out.double(), closed * w.double() + b.double(),
+                               rtol=1e-5, atol=1e-6)
+    res, out = add_layer_norm(x, None, w, b, 1e-5)  # no add: the residual is x
+    assert res is x and torch.equal(out, add_layer_norm(x, torch.zeros_like(x), w, b)[1])
+    with pytest.raises(ValueError, match=r'h must have the shape of x \(2, 5, 24\)'):
+        add_layer_norm(x, h[:, :4], w, b)
+
+
+def test_add_layer_norm_output_dtype_follows_autocast():
+    """Under autocast the normalised rows come out in its dtype (the next matmul's
+    input), the residual in the dtype of x + h; without, both in the residual's."""
+    torch.manual_seed(0)
+    x, h = torch.randn(3, 16), torch.randn(3, 16).bfloat16()
+    w, b = torch.randn(16), torch.randn(16)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        res, out = add_layer_norm(x, h, w, b)
+    assert res.dtype == torch.float32 and out.dtype == torch.bfloat16
+    want = torch.nn.functional.layer_norm(x + h.float(), (16, ), w, b)
+    assert torch.equal(out, want.bfloat16())
+    assert add_layer_norm(x, h, w, b)[1].dtype == torch.float32
+
+
 def test_ssd_rejects_nonfinite_dt_on_cpu():
     x = torch.randn(1, 4, 2, 4)
     dt = torch.rand(1, 4, 2)
@@ -71,6 +108,9 @@ def test_fast_paths_have_their_twins_signatures():
 
     assert params(ssd_triton) == params(ssd_ref)
     assert params(mixer_core_triton) == params(mixer_core_ref)
+    from mmdinomamba.ops import add_layer_norm_ref
+    from mmdinomamba.ops.triton import add_layer_norm_triton
+    assert params(add_layer_norm_triton) == params(add_layer_norm_ref)
 
 
 def test_mixer_forward_is_the_core_on_the_projection():
@@ -185,3 +225,20 @@ def test_fused_path_notes_an_explicit_chunk_once(monkeypatch):
         and 'fused Triton core' in first[0]
     assert notes(explicit) == [] and notes(SSDMixer(32, d_state=16, headdim=16,
                                                     chunk_size=8)) == []
+
+
+def test_add_layer_norm_dry_run_is_one_launch_each_way():
+    """In a dry run the add + LayerNorm takes the fused path on the CPU: one launch
+    forward (with or without the add), one for the backward."""
+    pytest.importorskip('triton')
+    from mmdinomamba.ops import skip_kernels
+    x = torch.randn(2, 9, 96, requires_grad=True)
+    h, w, b = torch.randn(2, 9, 96), torch.ones(96, requires_grad=True), torch.zeros(96)
+    with skip_kernels() as dry:
+        with torch.no_grad():
+            res, out = add_layer_norm(x, None, w, b)
+        assert dry.launches == 1 and res is x and out.shape == x.shape
+        res, out = add_layer_norm(x, h, w, b)
+        assert dry.launches == 2 and res.shape == out.shape == x.shape
+        out.sum().backward()
+        assert dry.launches == 3 and x.grad.shape == x.shape and w.grad.shape == (96, )

@@ -20,7 +20,7 @@ pytest.importorskip('triton')
 
 REPO = osp.abspath(osp.join(osp.dirname(__file__), '..', '..'))
 INTERPRETED = ('test_kernels.py', 'test_mixer_op.py', 'test_blocks.py',
-               'test_mlla_kernels.py')
+               'test_mlla_kernels.py', 'test_layer_norm_kernels.py')
 
 
 @pytest.mark.slow

@@ -61,7 +61,7 @@ from mmengine.logging import print_log
 from mmengine.model.weight_init import trunc_normal_
 
 from mmdinomamba.models.checkpoint import checkpoint_state_dict
-from mmdinomamba.models.mixers import LinearAttentionMixer
+from mmdinomamba.models.mixers import AddLayerNorm, LinearAttentionMixer
 from mmdinomamba.models.mixers.positional import RopeTable, grid_conv
 from mmdinomamba.models.utils import Mlp, drop_path_or_identity
 from mmdinomamba.ops import check_finite
@@ -165,7 +165,7 @@ class SwinPatchMerging(nn.Module):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = AddLayerNorm(4 * dim)  # nn.LayerNorm, fused on CUDA
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     def forward(self, x: Tensor, hw: Grid) -> Tuple[Tensor, Grid]:
@@ -239,7 +239,7 @@ class MLLABlock(nn.Module):
                 torch.zeros(1, self.ape_grid[0] * self.ape_grid[1], dim))
             trunc_normal_(self.absolute_pos_embed, std=.02)
         self.cpe1 = _depthwise(dim) if cpe else None
-        self.norm1 = nn.LayerNorm(dim)
+        self.norm1 = AddLayerNorm(dim)  # the add of cpe1 fused in
         if design != 'transformer':
             self.in_proj = nn.Linear(dim, inner)
             self.act_proj = nn.Linear(dim, inner)
@@ -251,7 +251,7 @@ class MLLABlock(nn.Module):
         self.cpe2 = self.norm2 = self.mlp = None
         if design != 'all':
             self.cpe2 = _depthwise(dim) if cpe else None
-            self.norm2 = nn.LayerNorm(dim)
+            self.norm2 = AddLayerNorm(dim)  # the add of cpe2 fused in
             self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
     def _mix(self, u: Tensor, hw: Grid,
@@ -275,14 +275,20 @@ class MLLABlock(nn.Module):
         if self.absolute_pos_embed is not None:
             x = x + resize_pos_embed(self.absolute_pos_embed, self.ape_grid,
                                      tuple(hw)).to(x.dtype)
-        if self.cpe1 is not None:
-            x = x + grid_conv(self.cpe1, x, hw)
-        x = x + self.drop_path(self._mix(self.norm1(x), hw, rope_table))
+        x, u = self._cpe_norm(self.cpe1, self.norm1, x, hw)
+        x = x + self.drop_path(self._mix(u, hw, rope_table))
         if self.mlp is None:
             return x
-        if self.cpe2 is not None:
-            x = x + grid_conv(self.cpe2, x, hw)
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x, u = self._cpe_norm(self.cpe2, self.norm2, x, hw)
+        return x + self.drop_path(self.mlp(u))
+
+    @staticmethod
+    def _cpe_norm(conv: Optional[nn.Conv2d], norm: AddLayerNorm, x: Tensor,
+                  hw: Grid) -> Tuple[Tensor, Tensor]:
+        """``x <- x + conv(x)`` (x without CPE) and its LayerNorm, one fused step."""
+        if conv is None:
+            return x, norm(x)
+        return norm(x, grid_conv(conv, x, hw))
 
 
 class MLLAStage(nn.Module):
