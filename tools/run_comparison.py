@@ -28,22 +28,16 @@ the whole chain on a CPU with a tiny budget::
 model.backbone.out_indices=[-2,-1] model.backbone.frozen_stages=2
 model.neck.in_channels=384 model.head.in_channels=384`` instead of ``--no-probe``).
 """
-import importlib.util
 import os.path as osp
-
-
-def run_recipe():
-    """``tools/run_recipe.py`` (the command line of every preset), loaded from
-    beside this file."""
-    path = osp.join(osp.dirname(osp.abspath(__file__)), 'run_recipe.py')
-    spec = importlib.util.spec_from_file_location('_run_recipe', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import runpy
 
 
 def main(argv=None):
-    run_recipe().main(argv, preset='compare', presets=('compare', 'seq256'))
+    """``tools/run_recipe.py`` (the command line of every preset, beside this
+    file) with this alias's preset."""
+    tool = runpy.run_path(osp.join(osp.dirname(osp.abspath(__file__)),
+                                   'run_recipe.py'))
+    tool['main'](argv, preset='compare', presets=('compare', 'seq256'))
 
 
 if __name__ == '__main__':

@@ -16,22 +16,16 @@ teacher's mean over the held-out images is not higher than its init's on both
 k-NN and the attention map's Binary-AUC (docs/dino.md, "The demo"). ``--help``
 lists the other options.
 """
-import importlib.util
 import os.path as osp
-
-
-def run_recipe():
-    """``tools/run_recipe.py`` (the command line of every preset), loaded from
-    beside this file."""
-    path = osp.join(osp.dirname(osp.abspath(__file__)), 'run_recipe.py')
-    spec = importlib.util.spec_from_file_location('_run_recipe', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import runpy
 
 
 def main(argv=None):
-    run_recipe().main(argv, preset='demo', presets=())
+    """``tools/run_recipe.py`` (the command line of every preset, beside this
+    file) with this alias's preset."""
+    tool = runpy.run_path(osp.join(osp.dirname(osp.abspath(__file__)),
+                                   'run_recipe.py'))
+    tool['main'](argv, preset='demo', presets=())
 
 
 if __name__ == '__main__':
