@@ -55,9 +55,9 @@ def test_kernel_is_its_twin(dim):
     errors = {n: rel(g, r) for n, g, r in zip(
         ('res', 'out', 'dx', 'dh', 'dw', 'db'), got, want)}
     assert max(errors.values()) < FP32_TOL, errors
-    with torch.no_grad():  # the inference path: the recorded forward's bits
+    with torch.no_grad():  # the inference path (a kernel without the statistics)
         res, out = add_layer_norm(x, h, w, b, 1e-5)
-    assert torch.equal(res, got[0]) and torch.equal(out, got[1])
+    assert torch.equal(res, got[0]) and rel(out, got[1]) < FP32_TOL
 
 
 def test_autocast_against_fp32_layer_norm():

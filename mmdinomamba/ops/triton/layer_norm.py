@@ -11,14 +11,14 @@ Per row of width ``dim``, statistics in float32::
 Backward, with ``g = dout * w`` and ``dres`` the gradient of the residual output
 (zero when it is not used)::
 
-    dr = rstd * (g - mean(g) - n * mean(g * n)) + dres      (the gradient of x and of h)
+    dr = rstd * (g - mean(g) - n * mean(g * n)) + dres    (x's and h's gradient)
     dw = sum over rows of dout * n
     db = sum over rows of dout
 
 The backward recomputes ``n`` from the saved residual and the row's mu and rstd (the
 residual is the stream the block passes on, alive anyway). Each program holds a tile
 of rows (a power of two, :data:`LN_TILE` elements with the width padded to a power
-of two, masked); a backward program runs :data:`LN_BWD_TILES` tiles and writes
+of two, masked); a backward program runs up to :data:`LN_BWD_TILES` tiles and writes
 partial weight and bias gradients, summed afterwards.
 """
 import functools
@@ -29,13 +29,16 @@ import triton
 import triton.language as tl
 
 from .launch import cast, cdiv, launch, next_power_of_2
+from .ssd_common import sm_count
 
 Tensor = torch.Tensor
 
-# Elements of one program's tile (rows x the width padded to a power of two), and
-# tiles per backward program (each writes one partial dw and db)
+# Elements of one program's tile (rows x the width padded to a power of two); tiles
+# per backward program (each writes one partial dw and db): at most LN_BWD_TILES,
+# fewer where that would leave under LN_BWD_PROGRAMS_PER_SM programs a multiprocessor
 LN_TILE = 4096
 LN_BWD_TILES = 8
+LN_BWD_PROGRAMS_PER_SM = 2
 
 
 @triton.jit
@@ -73,12 +76,12 @@ def _add_ln_fwd_kernel(x_ptr, h_ptr, w_ptr, b_ptr, res_ptr, out_ptr, stats_ptr, 
 
 @triton.jit
 def _add_ln_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, stats_ptr, dr_ptr, dwb_ptr,
-                       nrows, DIM: tl.constexpr, BLOCK: tl.constexpr,
-                       BLOCK_M: tl.constexpr, TILES: tl.constexpr, HAS_DRES: tl.constexpr,
+                       nrows, tiles, DIM: tl.constexpr, BLOCK: tl.constexpr,
+                       BLOCK_M: tl.constexpr, HAS_DRES: tl.constexpr,
                        HAS_W: tl.constexpr, DW: tl.constexpr, DB: tl.constexpr):
     """dr: the gradient of the residual (x's and h's), in the residual's dtype; DW /
     DB: write this program's partial weight / bias gradient (rows ``pid`` and
-    ``programs + pid`` of dwb)."""
+    ``programs + pid`` of dwb). Each program runs ``tiles`` tiles of rows."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     cmask = cols < DIM
@@ -86,8 +89,8 @@ def _add_ln_bwd_kernel(dout_ptr, dres_ptr, res_ptr, w_ptr, stats_ptr, dr_ptr, dw
         w = tl.load(w_ptr + cols, mask=cmask, other=0.).to(tl.float32)[None, :]
     dw = tl.zeros((BLOCK_M, BLOCK), dtype=tl.float32)
     db = tl.zeros((BLOCK_M, BLOCK), dtype=tl.float32)
-    for t in range(0, TILES):
-        rows = (pid * TILES + t) * BLOCK_M + tl.arange(0, BLOCK_M)
+    for t in range(0, tiles):
+        rows = (pid * tiles + t) * BLOCK_M + tl.arange(0, BLOCK_M)
         rmask = rows < nrows
         mask = rmask[:, None] & cmask[None, :]
         offs = rows.to(tl.int64)[:, None] * DIM + cols[None, :]
@@ -181,7 +184,10 @@ def add_layer_norm_backward(dout, dres, res: Tensor, weight, stats: Tensor,
     dim = res.shape[-1]
     rows = res.numel() // dim
     blocks = _ln_blocks(dim)
-    programs = cdiv(cdiv(rows, blocks['BLOCK_M']), LN_BWD_TILES)
+    tiles = cdiv(rows, blocks['BLOCK_M'])
+    per_program = max(1, min(LN_BWD_TILES,
+                             tiles // (LN_BWD_PROGRAMS_PER_SM * sm_count(res.device))))
+    programs = cdiv(tiles, per_program)
     dr = torch.empty_like(res)
     dwb = torch.empty(2, programs, dim, device=res.device, dtype=torch.float32) \
         if need_dw or need_db else None
@@ -190,7 +196,7 @@ def add_layer_norm_backward(dout, dres, res: Tensor, weight, stats: Tensor,
     launch(_add_ln_bwd_kernel)[(programs, )](
         _dense(dout), _dense(dres) if dres is not None else dr, res,
         weight if weight is not None else res, stats, dr, dwb if dwb is not None else dr,
-        rows, TILES=LN_BWD_TILES, HAS_DRES=dres is not None, HAS_W=weight is not None,
+        rows, per_program, HAS_DRES=dres is not None, HAS_W=weight is not None,
         DW=need_dw, DB=need_db, **blocks)
     if dwb is None:
         return dr, None, None

@@ -4,9 +4,10 @@ CPU, through Triton's interpreter, against their PyTorch twin
 of x, h, the weight and the bias, with and without the add, at widths 64 (a power
 of two) and 96 (masked to 128), and with the residual output's gradient used or not.
 
-Sizes: 600 rows give several forward programs, a last tile cut short, and two or
-three backward programs (8 tiles each), so the partial weight and bias gradients
-are summed across programs.
+Sizes: 600 rows give several forward programs and a last tile cut short; with the
+multiprocessor count set to 1, the backward programs run 5 (width 64) or 8 (width 96)
+tiles each, two or three of them, so the loop over tiles and the sum of the partial
+weight and bias gradients across programs are both exercised.
 
 Bounds (:mod:`.checks`): float32 runs, against float64, are float32 rounding (TOL).
 A result rounded once to bfloat16 is within one unit (2^-8 relative for rounding to
@@ -19,11 +20,17 @@ import pytest
 import torch
 
 from mmdinomamba.ops import add_layer_norm_ref
-from mmdinomamba.ops.triton import add_layer_norm_triton
+from mmdinomamba.ops.triton import add_layer_norm_triton, layer_norm
 from .checks import TOL, assert_close_all, rel
 
 BF16_TOL = 2**-7
 ROWS = (3, 200)
+
+
+@pytest.fixture(autouse=True)
+def one_multiprocessor(monkeypatch):
+    """Several tiles per backward program at these small sizes."""
+    monkeypatch.setattr(layer_norm, 'sm_count', lambda device: 1)
 
 
 def _inputs(dim, x_dtype=torch.float32, h_dtype=torch.float32,
