@@ -3,7 +3,7 @@
 #   make demo   - the main job on the embedded toy dataset (no downloads)
 #   make test   - the test suite
 # and for the everyday loop, make test-fast: the tests not marked slow (no process
-# started, no training, no Triton interpreter)
+# started, no training, no Triton interpreter), in parallel on every core
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -q
@@ -20,7 +20,7 @@ test: install
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-fast: install
-	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest tests -m "not slow" -n auto $(PYTEST_ARGS)
 
 params: install
 	$(PY) tools/analysis/count_params.py

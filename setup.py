@@ -68,6 +68,7 @@ setup(
         ],
         'tests': [
             'pytest>=7',
+            'pytest-xdist',
             'scikit-learn',
             'matplotlib',
             'modelindex',
