@@ -159,6 +159,7 @@ def test_probe_matrix_is_the_protocols_and_has_gradients(family):
     ('softmax', 4, 16, 1e-3), ('linear', 4, 16, 1e-3), ('ssd_causal', 2, 64, 5e-3),
     ('ssd_bidirectional', 2, 64, 5e-3), ('mlla', 4, 16, 1e-3),
     pytest.param('mlla_lepe', 4, 16, 1e-3, marks=pytest.mark.slow)])
+@pytest.mark.slow  # fits a mixer by gradient descent
 def test_each_family_fits_its_own_matrix(family, width, features, bound):
     """A matrix drawn from the family (another random initialisation, same
     features) at L = 256 is fitted to below ``bound``, and to a third of where
@@ -214,6 +215,7 @@ def test_ssd_offdiagonal_block_never_beats_its_rank_floor(family):
         assert result.lower_bound >= causal_floor(T)
 
 
+@pytest.mark.slow  # fits a mixer by gradient descent
 def test_lepe_expresses_the_2d_band_and_its_block_has_bounded_rank():
     """MLLA with LePE fits the 3 x 3 band on the grid (a sum of its channels'
     stencils, the attention weighted out) to below 1e-3; the block below the
@@ -337,6 +339,7 @@ def test_bad_sweeps_fail_first(no_work, monkeypatch):
 # --------------------------------------------------------------------------- #
 # The sweep and its report
 # --------------------------------------------------------------------------- #
+@pytest.mark.slow  # fits a mixer by gradient descent
 def test_sweep_reports_intervals_containment_and_writes_the_report(tmp_path):
     import json
 
@@ -432,6 +435,7 @@ def test_a_report_at_one_length_draws_no_curves(tmp_path):
     assert '.png' not in text and '[0.' in text
 
 
+@pytest.mark.slow  # fits a mixer by gradient descent
 def test_sweep_reruns_reproduce_every_cell():
     """Fixed seeds: a second run of the same tiny sweep gives every cell's
     interval again, to 1e-3 (measured: identical on one machine)."""
@@ -496,6 +500,7 @@ def test_semiseparable_floor_closed_form_at_four_tokens():
             tail2 ** 0.5 / float(T.norm()), abs=1e-12)
 
 
+@pytest.mark.slow  # a brute-force minimum by gradient descent
 @pytest.mark.parametrize('family', ['ssd_causal', 'ssd_bidirectional'])
 def test_ssd_matrices_are_semiseparable_and_obey_the_floor(family):
     """The premise: every split block of an SSD matrix (one head, N = 2) has rank

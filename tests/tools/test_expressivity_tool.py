@@ -27,6 +27,7 @@ def checkpoint(tmp_path):
     return path
 
 
+@pytest.mark.slow  # the tool's sweep fits every family by gradient descent
 def test_tool_writes_the_report(tmp_path, tool, checkpoint, capsys):
     from mmengine.config import Config
 
