@@ -9,23 +9,12 @@ import torch
 
 import mmdinomamba.apis as apis
 from tests.upstream.test_inferencers import image  # noqa: F401  (a fixture)
-from tests.upstream.test_inferencers import (HEIGHT, TINY_DENSE_BACKBONE, WIDTH,
-                                             WIDTH_PX, classifier_config,
-                                             random_weights)
-from tests.helpers.dense_heads import upernet_head_options
+from tests.upstream.test_inferencers import (classifier_config, random_weights,
+                                             tiny_upernet)
 
 
 def upernet(tmp_path):
-    from mmengine.config import Config
-    from mmseg.registry import MODELS
-    from mmdinomamba import zoo
-    cfg = Config.fromfile(zoo.config_path(
-        'upernet', 'upernet_dinovim-tiny-p16_8xb2-160k_ade20k-512x512.py'))
-    cfg.merge_from_dict({**TINY_DENSE_BACKBONE, **upernet_head_options(WIDTH),
-                         'test_dataloader.dataset.pipeline.1.scale': (HEIGHT, WIDTH_PX)})
-    torch.manual_seed(0)
-    ckpt = str(tmp_path / 'upernet.pth')
-    random_weights(MODELS.build(cfg.model), ckpt)
+    cfg, ckpt, _ = tiny_upernet(tmp_path)
     return cfg, ckpt
 
 

@@ -78,8 +78,9 @@ def test_mmpretrain_inferencers_on_a_linear_probe(image, tmp_path):
     assert torch.isfinite(features[0]).all()
 
 
-def test_mmseg_inferencer_on_an_upernet_config(image, tmp_path):
-    from mmseg.apis import MMSegInferencer
+def tiny_upernet(tmp_path):
+    """The DinoVim-T UperNet config with the tiny backbone and head, testing at the
+    image's size, and a checkpoint of its random weights: (config, path, state)."""
     from mmseg.registry import MODELS
     cfg = Config.fromfile(zoo.config_path(
         'upernet', 'upernet_dinovim-tiny-p16_8xb2-160k_ade20k-512x512.py'))
@@ -87,7 +88,12 @@ def test_mmseg_inferencer_on_an_upernet_config(image, tmp_path):
                          'test_dataloader.dataset.pipeline.1.scale': (HEIGHT, WIDTH_PX)})
     torch.manual_seed(0)
     ckpt = str(tmp_path / 'upernet.pth')
-    state = random_weights(MODELS.build(cfg.model), ckpt)
+    return cfg, ckpt, random_weights(MODELS.build(cfg.model), ckpt)
+
+
+def test_mmseg_inferencer_on_an_upernet_config(image, tmp_path):
+    from mmseg.apis import MMSegInferencer
+    cfg, ckpt, state = tiny_upernet(tmp_path)
     inferencer = MMSegInferencer(model=cfg, weights=ckpt, device='cpu')
     assert_loaded(inferencer.model, state)
     result = inferencer(image)
