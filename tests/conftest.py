@@ -12,6 +12,9 @@ package's metafiles (about 100 YAML files, 0.3 s a base) and asking pkg_resource
 whether the package is installed. Neither changes while the tests run, and the
 answer is the same; the tools the ``slow`` tests start look them up unmemoised.
 
+Under pytest-xdist (``make test-fast``) each worker takes its share of the cores
+for torch's intra-op threads, so two workers on two cores do not run four threads.
+
 ``load_tool``: the scripts under ``tools/`` are not a package; tests import them
 by path.
 
@@ -26,6 +29,7 @@ import functools
 import importlib.util
 import json
 import multiprocessing.process
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -49,6 +53,10 @@ def load_tool():
 
 
 def pytest_configure(config):
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+    if workers > 1:
+        import torch
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
     from mmengine.config import config as config_module
     from mmengine.config import utils as config_utils
     lookup = config_utils._get_cfg_metainfo
