@@ -273,7 +273,7 @@ def test_missing_mlla_weights_name_the_download(tmp_path, monkeypatch):
     from mmdinomamba.engine import check_pretrained_checkpoints
     from mmdinomamba.engine.pretrained import MLLA_WEIGHTS
     monkeypatch.chdir(tmp_path)  # no checkpoints/ here
-    for path in [p for p in SEG_CONFIGS + MASK_CONFIGS if 'mlla' in p]:
+    for path in [p for p in SEG_CONFIGS + MASK_CONFIGS if 'mlla' in osp.basename(p)]:
         cfg = load(path)
         name = osp.basename(cfg.model.backbone.init_cfg.checkpoint)
         with pytest.raises(FileNotFoundError) as err:
