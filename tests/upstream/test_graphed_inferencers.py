@@ -13,14 +13,9 @@ from tests.upstream.test_inferencers import (classifier_config, random_weights,
                                              tiny_upernet)
 
 
-def upernet(tmp_path):
-    cfg, ckpt, _ = tiny_upernet(tmp_path)
-    return cfg, ckpt
-
-
 def test_on_a_cpu_the_inferencer_is_the_upstream_one(image, tmp_path):
     from mmseg.apis import MMSegInferencer
-    cfg, ckpt = upernet(tmp_path)
+    cfg, ckpt, _ = tiny_upernet(tmp_path)
     ours = apis.MMSegInferencer(model=cfg, weights=ckpt, device='cpu')
     assert isinstance(ours, MMSegInferencer) and ours.graphed_modules == []
     assert ours.model.backbone.stack_runner is None
@@ -55,7 +50,7 @@ def test_on_a_gpu_the_segmentation_inferencer_replays_graphs_with_eager_numbers(
         image, tmp_path):
     """Three calls on one image: eager, captured (capture_after 2), replayed; the
     logits equal the eager inferencer's exactly (the same kernels)."""
-    cfg, ckpt = upernet(tmp_path)
+    cfg, ckpt, _ = tiny_upernet(tmp_path)
     ours = apis.MMSegInferencer(model=cfg, weights=ckpt, device='cuda')
     eager = apis.MMSegInferencer(model=cfg, weights=ckpt, device='cuda',
                                  cuda_graphs=False)
