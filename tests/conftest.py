@@ -53,10 +53,18 @@ def load_tool():
 
 
 def pytest_configure(config):
+    _share_the_cores()
+    _memoise_upstream_config_lookups()
+
+
+def _share_the_cores():
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
     if workers > 1:
         import torch
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+def _memoise_upstream_config_lookups():
     from mmengine.config import config as config_module
     from mmengine.config import utils as config_utils
     lookup = config_utils._get_cfg_metainfo
